@@ -1,0 +1,24 @@
+"""An embedded Kafka-protocol cluster for tests: ``from kproducer.mock import MockCluster``.
+
+Each broker is built like Kafka's: an Acceptor thread, Processor threads running selector loops, a
+RequestChannel, request handler threads and an API layer, over in-memory partition logs shared by
+the cluster, with fault injection (error codes, lost responses, latency, dropped connections, leader
+moves, broker stops and restarts).
+"""
+from __future__ import annotations
+
+import argparse
+
+from .apis import SERVED_VERSIONS
+from .cluster import MockCluster
+from .faults import RequestLogEntry
+from .log import StoredRecord
+
+__all__ = ["MockCluster", "RequestLogEntry", "SERVED_VERSIONS", "StoredRecord", "serve_forever"]
+
+
+def serve_forever(args: argparse.Namespace) -> int:
+    """Run a cluster from parsed ``kproducer mock-cluster`` arguments until Ctrl-C (see cli.py)."""
+    from .cli import serve_forever as _serve
+
+    return _serve(args)

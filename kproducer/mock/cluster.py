@@ -1,0 +1,271 @@
+"""MockCluster: an in-process Kafka-protocol cluster for tests, examples and benchmarks."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from types import TracebackType
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
+
+from .apis import API_NAMES
+from .broker import MockBroker
+from .faults import FaultInjector, RequestLogEntry
+from .log import StoredRecord, decode_batches
+from .state import ClusterConfig, ClusterState, PartitionState, TopicError
+from .txn import TransactionCoordinator
+
+log = logging.getLogger(__name__)
+
+
+class MockCluster:
+    """``num_brokers`` Kafka-protocol brokers on 127.0.0.1 (ids 1..n), sharing one in-memory store.
+
+    Usable as a context manager (``start()`` on enter, ``close()`` on exit). Every broker listens on
+    a free port unless ``ports`` gives them; a stopped broker keeps its port for ``start_broker``.
+
+    Options: ``num_processors`` network threads and ``num_handlers`` request handler threads per
+    broker; ``auto_create_topics`` (Metadata for an unknown topic creates it with
+    ``default_partitions``, else UNKNOWN_TOPIC_OR_PARTITION); ``max_message_bytes`` (a larger batch is
+    refused with MESSAGE_TOO_LARGE); ``max_request_size`` (a larger request frame closes the
+    connection); ``max_fetch_wait_ms`` (cap on a Fetch's wait for data); ``validate_records`` (decode
+    every produced record, slower); ``move_leaders_on_stop`` (a stopped broker's partitions get a
+    live leader, as with replication; otherwise they are leaderless until it restarts).
+    """
+
+    def __init__(
+        self,
+        num_brokers: int = 1,
+        *,
+        num_processors: int = 2,
+        num_handlers: int = 2,
+        auto_create_topics: bool = False,
+        default_partitions: int = 1,
+        max_message_bytes: int = 1048588,
+        max_request_size: int = 100 * 1024 * 1024,
+        max_fetch_wait_ms: int = 500,
+        validate_records: bool = False,
+        move_leaders_on_stop: bool = True,
+        host: str = "127.0.0.1",
+        ports: Optional[Sequence[int]] = None,
+    ) -> None:
+        if num_brokers < 1:
+            raise ValueError("num_brokers must be at least 1")
+        if ports is not None and len(ports) != num_brokers:
+            raise ValueError(f"{len(ports)} ports given for {num_brokers} brokers")
+        if default_partitions < 1:
+            raise ValueError("default_partitions must be at least 1")
+        config = ClusterConfig(
+            auto_create_topics=auto_create_topics,
+            default_partitions=default_partitions,
+            max_message_bytes=max_message_bytes,
+            max_request_size=max_request_size,
+            max_fetch_wait_ms=max_fetch_wait_ms,
+            validate_records=validate_records,
+            move_leaders_on_stop=move_leaders_on_stop,
+        )
+        self._faults = FaultInjector(API_NAMES.values())
+        self._state = ClusterState(config, self._faults)
+        self._txn = TransactionCoordinator(self._state)
+        self._brokers: Dict[int, MockBroker] = {}
+        for i in range(num_brokers):
+            broker_id = i + 1
+            port = ports[i] if ports is not None else 0
+            self._brokers[broker_id] = MockBroker(
+                broker_id, host, port, self._state, self._txn, num_processors, num_handlers
+            )
+        self._started = False
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "MockCluster":
+        if self._started:
+            return self
+        try:
+            for broker in self._brokers.values():
+                broker.start()
+        except BaseException:
+            self.stop()
+            raise
+        self._started = True
+        log.info("mock cluster started: %s", self.bootstrap_servers)
+        return self
+
+    def stop(self) -> None:
+        """Stop every broker and its threads (the data stays until the object goes away)."""
+        for broker in self._brokers.values():
+            broker.stop()
+        self._started = False
+
+    close = stop
+
+    def __enter__(self) -> "MockCluster":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------- brokers
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``"127.0.0.1:p1,127.0.0.1:p2,..."`` (every broker, running or not)."""
+        if not self._started and not any(b.port for b in self._brokers.values()):
+            raise RuntimeError("the mock cluster is not started: use start() or a with block")
+        return ",".join(f"{b.info.host}:{b.port}" for b in self._brokers.values())
+
+    @property
+    def broker_ids(self) -> List[int]:
+        return sorted(self._brokers)
+
+    def broker_address(self, broker_id: int) -> Tuple[str, int]:
+        b = self._broker(broker_id)
+        return b.info.host, b.port
+
+    def _broker(self, broker_id: int) -> MockBroker:
+        try:
+            return self._brokers[broker_id]
+        except KeyError:
+            raise KeyError(f"no broker {broker_id}; broker ids are {self.broker_ids}") from None
+
+    def stop_broker(self, broker_id: int) -> None:
+        """Stop one broker: its port closes, its connections drop; with ``move_leaders_on_stop`` its
+        partitions move to live brokers (leader epoch + 1)."""
+        self._broker(broker_id).stop()
+
+    def start_broker(self, broker_id: int) -> None:
+        """Restart a stopped broker on the same port. Leadership does not move back by itself."""
+        self._broker(broker_id).start()
+
+    def is_running(self, broker_id: int) -> bool:
+        return self._broker(broker_id).running
+
+    def drop_connections(self, broker_id: Optional[int] = None) -> None:
+        """Close every client connection of a broker (of all brokers when None); it keeps serving."""
+        targets = self._brokers.values() if broker_id is None else [self._broker(broker_id)]
+        for broker in targets:
+            broker.drop_connections()
+
+    def connection_count(self, broker_id: int) -> int:
+        return self._broker(broker_id).connection_count
+
+    # -------------------------------------------------------------------------------- topics
+
+    def create_topic(self, name: str, partitions: Optional[int] = None,
+                     leaders: Optional[Sequence[int]] = None) -> None:
+        """Create a topic; partition i's leader is ``leaders[i]`` or the brokers in turn."""
+        count = partitions if partitions is not None else (len(leaders) if leaders else
+                                                           self._state.config.default_partitions)
+        try:
+            self._state.create_topic(name, count, leaders)
+        except TopicError as e:
+            raise ValueError(e.message) from None
+
+    def topics(self) -> List[str]:
+        with self._state.lock:
+            return sorted(self._state.topics)
+
+    def partition_count(self, topic: str) -> int:
+        t = self._state.topic(topic)
+        if t is None:
+            raise KeyError(f"unknown topic {topic!r}")
+        return len(t.partitions)
+
+    def _partition(self, topic: str, partition: int) -> PartitionState:
+        p = self._state.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"unknown partition {topic}-{partition}")
+        return p
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self._partition(topic, partition).leader
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self._partition(topic, partition).leader_epoch
+
+    def move_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Make ``broker_id`` the partition's leader (leader epoch + 1); the old leader now answers
+        NOT_LEADER_OR_FOLLOWER for it."""
+        self._state.move_leader(topic, partition, broker_id)
+
+    # ---------------------------------------------------------------------------------- data
+
+    def records(self, topic: str, partition: int = 0, include_control: bool = False) -> List[StoredRecord]:
+        """The stored records of a partition, decoded (transaction markers only with
+        ``include_control``; aborted records are included: this is the log, not a consumer)."""
+        p = self._partition(topic, partition)
+        with p.log.lock:
+            batches = p.log.raw_batches()
+        found = decode_batches(batches)
+        return found if include_control else [r for r in found if not r.is_control]
+
+    def high_watermark(self, topic: str, partition: int = 0) -> int:
+        return self._partition(topic, partition).log.end_offset
+
+    def last_stable_offset(self, topic: str, partition: int = 0) -> int:
+        p = self._partition(topic, partition)
+        with p.log.lock:
+            return p.log.last_stable_offset
+
+    def batch_count(self, topic: str, partition: int = 0) -> int:
+        return self._partition(topic, partition).log.batch_count()
+
+    def producer_state(self, topic: str, partition: int = 0) -> Dict[int, Tuple[int, int]]:
+        """Producer id -> (epoch, last sequence) as the partition knows it."""
+        p = self._partition(topic, partition)
+        with p.log.lock:
+            return p.log.producers.snapshot()
+
+    def expire_producer_state(self, topic: str, partition: int = 0, producer_id: Optional[int] = None) -> None:
+        """Forget the idempotence state of one producer (all when None) on a partition, as retention
+        would: its next batch with a sequence other than 0 gets UNKNOWN_PRODUCER_ID."""
+        p = self._partition(topic, partition)
+        with p.log.lock:
+            p.log.producers.expire(producer_id)
+
+    def committed_offsets(self, group: str) -> Dict[Tuple[str, int], int]:
+        """Offsets committed for a group (through committed transactions)."""
+        with self._state.lock:
+            return {tp: value[0] for tp, value in self._state.group_offsets.get(group, {}).items()}
+
+    def transaction_state(self, transactional_id: str) -> Optional[str]:
+        """"Empty", "Ongoing", "CompleteCommit", "CompleteAbort", or None for an unknown id."""
+        meta = self._txn.describe(transactional_id)
+        return meta.state if meta is not None else None
+
+    # -------------------------------------------------------------------------------- faults
+
+    def inject_errors(self, api: Union[str, int], codes: Iterable[int]) -> None:
+        """The next responses of ``api`` answer these error codes (see :mod:`kproducer.mock.faults`)."""
+        self._faults.inject_errors(api, codes)
+
+    def pending_errors(self, api: Union[str, int]) -> List[int]:
+        return self._faults.pending_errors(api)
+
+    def drop_responses(self, api: Union[str, int], count: int = 1) -> None:
+        """Process the next ``count`` requests of ``api`` but close the connection instead of answering."""
+        self._faults.drop_responses(api, count)
+
+    def set_latency(self, broker_id: int, ms: float) -> None:
+        """Delay every response of a broker by ``ms`` milliseconds (0 removes the delay)."""
+        self._broker(broker_id)
+        self._faults.set_latency(broker_id, ms)
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    @property
+    def request_counts(self) -> "Counter[str]":
+        """API name (``"produce"``, ``"metadata"``...) -> requests received, all brokers together."""
+        return Counter(self._faults.request_counts)
+
+    @property
+    def request_log(self) -> List[RequestLogEntry]:
+        """The last requests received (broker id, api name, version, correlation id, client id, time)."""
+        return list(self._faults.request_log)
+
+    def reset_request_log(self) -> None:
+        self._faults.reset_log()

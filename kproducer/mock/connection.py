@@ -1,0 +1,118 @@
+"""One client connection of a mock broker: size-prefixed framing in, queued response bytes out.
+
+A frame is a 4-byte big-endian size followed by that many bytes. A negative size or one above the
+configured maximum is hostile or garbage input: :class:`FramingError` tells the processor to close
+the connection. Bytes that arrive while the connection is muted stay buffered; the next frame is
+taken from the buffer only when the processor unmutes the connection.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+from collections import deque
+from typing import Deque, Optional
+
+_SIZE = struct.Struct(">i")
+_RECV_CHUNK = 256 * 1024
+_JOIN_LIMIT = 64 * 1024
+
+
+class FramingError(Exception):
+    """The peer sent a frame size we refuse (negative or above the limit)."""
+
+
+class Connection:
+    __slots__ = (
+        "id",
+        "sock",
+        "peer",
+        "max_frame",
+        "muted",
+        "closed",
+        "_in",
+        "_out",
+        "_out_pos",
+    )
+
+    def __init__(self, conn_id: int, sock: socket.socket, peer: str, max_frame: int) -> None:
+        self.id = conn_id
+        self.sock = sock
+        self.peer = peer
+        self.max_frame = max_frame
+        #: True while a request from this connection is being handled (no further frame is read)
+        self.muted = False
+        self.closed = False
+        self._in = bytearray()
+        self._out: Deque[memoryview] = deque()
+        self._out_pos = 0
+
+    # ---------------------------------------------------------------------------------- input
+
+    def read(self) -> bool:
+        """Read what the socket has. Returns False when the peer closed the connection."""
+        try:
+            data = self.sock.recv(_RECV_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return True
+        if not data:
+            return False
+        self._in += data
+        return True
+
+    def next_frame(self) -> Optional[bytes]:
+        """The next complete frame's payload from the buffer, or None if it is not all here yet."""
+        buf = self._in
+        if len(buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(buf, 0)
+        if size < 0:
+            raise FramingError(f"negative frame size {size}")
+        if size > self.max_frame:
+            raise FramingError(f"frame size {size} exceeds the limit of {self.max_frame} bytes")
+        end = 4 + size
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[4:end])
+        del buf[:end]
+        return payload
+
+    def buffered(self) -> int:
+        return len(self._in)
+
+    # --------------------------------------------------------------------------------- output
+
+    def enqueue(self, payload: bytes) -> None:
+        """Queue one response frame (the size prefix is added here)."""
+        if len(payload) <= _JOIN_LIMIT:  # one send() for the usual small response
+            self._out.append(memoryview(_SIZE.pack(len(payload)) + payload))
+        else:
+            self._out.append(memoryview(_SIZE.pack(len(payload))))
+            self._out.append(memoryview(payload))
+
+    def has_pending_send(self) -> bool:
+        return bool(self._out)
+
+    def write(self) -> bool:
+        """Write as much queued output as the socket takes. True when everything was written."""
+        out = self._out
+        while out:
+            view = out[0]
+            try:
+                sent = self.sock.send(view[self._out_pos:])
+            except (BlockingIOError, InterruptedError):
+                return False
+            self._out_pos += sent
+            if self._out_pos < len(view):
+                return False
+            out.popleft()
+            self._out_pos = 0
+        return True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,136 @@
+"""Fault injection and request accounting for a mock cluster.
+
+* ``inject_errors(api, codes)``: the next responses of that API answer these error codes, one code per
+  partition response for the partition-level APIs (produce, fetch, list_offsets,
+  add_partitions_to_txn, txn_offset_commit) and one per request for the others (for metadata and
+  create_topics the code goes to every topic of that response). A code of 0 answers normally.
+* ``drop_responses(api, count)``: the next ``count`` requests of that API are processed (a Produce is
+  appended) but the connection is closed instead of answering: a lost response.
+* ``set_latency(broker_id, ms)``: every response of that broker leaves ``ms`` later.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter, deque
+from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Union
+
+from ..protocol.messages import APIS
+
+
+def api_name(name: Union[str, int]) -> str:
+    """Normalise an API name: ``"InitProducerId"``, ``"init_producer_id"``, ``"init-producer-id"`` or
+    the API key ``22`` all give ``"init_producer_id"``."""
+    if isinstance(name, int):
+        api = APIS.get(name)
+        if api is None:
+            raise ValueError(f"unknown API key {name}")
+        return snake(api.name)
+    text = name.strip().replace("-", "_")
+    if "_" not in text and text.lower() != text:
+        text = snake(text)
+    return text.lower()
+
+
+def snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+class RequestLogEntry(NamedTuple):
+    broker_id: int
+    api: str
+    version: int
+    correlation_id: int
+    client_id: Optional[str]
+    time: float
+
+
+class FaultInjector:
+    """Thread-safe store of pending faults and of the requests seen."""
+
+    def __init__(self, known_apis: Iterable[str], log_size: int = 10000) -> None:
+        self._lock = threading.Lock()
+        self._known = set(known_apis)
+        self._errors: Dict[str, Deque[int]] = {}
+        self._drops: Dict[str, int] = {}
+        self._latency: Dict[int, float] = {}
+        self.request_counts: "Counter[str]" = Counter()
+        self.request_log: Deque[RequestLogEntry] = deque(maxlen=log_size)
+
+    def _check(self, api: Union[str, int]) -> str:
+        name = api_name(api)
+        if name not in self._known:
+            raise ValueError(f"unknown or unserved API {api!r}; known: {', '.join(sorted(self._known))}")
+        return name
+
+    def inject_errors(self, api: Union[str, int], codes: Iterable[int]) -> None:
+        name = self._check(api)
+        values = [int(c) for c in codes]
+        with self._lock:
+            self._errors.setdefault(name, deque()).extend(values)
+
+    def take_error(self, name: str) -> Optional[int]:
+        """The next injected code for this API (``name`` already normalised), or None."""
+        if not self._errors:  # fast path: nothing injected at all
+            return None
+        with self._lock:
+            pending = self._errors.get(name)
+            if not pending:
+                return None
+            code = pending.popleft()
+            if not pending:
+                del self._errors[name]
+            return code
+
+    def pending_errors(self, api: Union[str, int]) -> List[int]:
+        with self._lock:
+            return list(self._errors.get(api_name(api), ()))
+
+    def drop_responses(self, api: Union[str, int], count: int = 1) -> None:
+        name = self._check(api)
+        with self._lock:
+            self._drops[name] = self._drops.get(name, 0) + count
+
+    def take_drop(self, name: str) -> bool:
+        if not self._drops:
+            return False
+        with self._lock:
+            left = self._drops.get(name, 0)
+            if left <= 0:
+                return False
+            if left == 1:
+                del self._drops[name]
+            else:
+                self._drops[name] = left - 1
+            return True
+
+    def set_latency(self, broker_id: int, ms: float) -> None:
+        with self._lock:
+            if ms > 0:
+                self._latency[broker_id] = ms / 1000.0
+            else:
+                self._latency.pop(broker_id, None)
+
+    def latency(self, broker_id: int) -> float:
+        """Seconds to hold this broker's responses."""
+        return self._latency.get(broker_id, 0.0)
+
+    def record(self, broker_id: int, name: str, version: int, correlation_id: int, client_id: Optional[str]) -> None:
+        with self._lock:
+            self.request_counts[name] += 1
+            self.request_log.append(
+                RequestLogEntry(broker_id, name, version, correlation_id, client_id, time.time())
+            )
+
+    def reset_log(self) -> None:
+        with self._lock:
+            self.request_counts.clear()
+            self.request_log.clear()
+
+    def clear(self) -> None:
+        """Forget pending errors, drops and latencies (not the request log)."""
+        with self._lock:
+            self._errors.clear()
+            self._drops.clear()
+            self._latency.clear()

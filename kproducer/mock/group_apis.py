@@ -1,0 +1,84 @@
+"""OffsetCommit (8) and OffsetFetch (9) on a mock broker, for consumers that assign partitions
+themselves (no group membership: JoinGroup/SyncGroup are not served). Both go to the group's
+coordinator (FindCoordinator key type 0); another broker answers NOT_COORDINATOR. A commit is
+accepted from a "simple" consumer (generation -1, no member id), as Kafka accepts it for a group
+without members; a member id or generation gets UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from . import error_codes as ec
+from .request_channel import Request
+
+if TYPE_CHECKING:
+    from .apis import KafkaApis, Result
+
+Body = Dict[str, Any]
+TopicPartition = Tuple[str, int]
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+INVALID_GROUP_ID = 24
+
+
+def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    group = body["group_id"]
+    if not group:
+        group_error = INVALID_GROUP_ID
+    elif not apis.is_coordinator(group):
+        group_error = ec.NOT_COORDINATOR
+    elif body["member_id"]:
+        group_error = UNKNOWN_MEMBER_ID
+    elif body["generation_id"] >= 0:
+        group_error = ILLEGAL_GENERATION
+    else:
+        group_error = ec.NONE
+    accepted: Dict[TopicPartition, Tuple[int, Optional[str]]] = {}
+    topics = []
+    for t in body["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            tp = (t["name"], p["partition_index"])
+            code = apis.faults.take_error("offset_commit") or group_error
+            if not code and apis.state.partition(*tp) is None:
+                code = ec.UNKNOWN_TOPIC_OR_PARTITION
+            if not code:
+                accepted[tp] = (p["committed_offset"], p["committed_metadata"])
+            parts.append({"partition_index": tp[1], "error_code": code})
+        topics.append({"name": t["name"], "partitions": parts})
+    if accepted:
+        apis.state.commit_offsets(group, accepted)
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+def handle_offset_fetch(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    group = body["group_id"]
+    error = apis.faults.take_error("offset_fetch") or ec.NONE
+    if not error and not apis.is_coordinator(group):
+        error = ec.NOT_COORDINATOR
+    with apis.state.lock:
+        committed = dict(apis.state.group_offsets.get(group, {}))
+    wanted: Dict[str, List[int]] = {}
+    if body["topics"] is None:
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        for t in body["topics"]:
+            wanted.setdefault(t["name"], []).extend(t["partition_indexes"])
+    topics = []
+    for topic, partitions in wanted.items():
+        parts = []
+        for partition in partitions:
+            offset, metadata = committed.get((topic, partition), (-1, ""))
+            parts.append({
+                "partition_index": partition,
+                "committed_offset": offset if not error else -1,
+                "committed_leader_epoch": -1,
+                "metadata": metadata if metadata is not None else "",
+                "error_code": error,
+            })
+        topics.append({"name": topic, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": error}

@@ -1,0 +1,129 @@
+"""Produce (key 0) on a mock broker.
+
+Each partition's records must be exactly one RecordBatch v2. The batch header and the CRC are checked
+(records are decoded only when the cluster validates records), then the producer's sequence and
+epoch, then the batch is appended as raw bytes with its base offset rewritten.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from ..protocol.errors import ProtocolError
+from ..protocol.records import MAGIC, crc32c, read_batch_header, read_batches
+from . import error_codes as ec
+from .request_channel import Request
+
+if TYPE_CHECKING:
+    from .apis import KafkaApis, Result
+
+Body = Dict[str, Any]
+_RECORD_INDEX = re.compile(r"record (\d+)")
+
+
+def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
+    from .apis import CLOSE_CONNECTION, NO_RESPONSE
+
+    body = request.body
+    assert body is not None
+    acks = body["acks"]
+    transactional_id = body["transactional_id"]
+    responses = []
+    any_error = False
+    moved: List[int] = []
+    for topic_data in body["topic_data"]:
+        name = topic_data["name"]
+        parts = []
+        for pd in topic_data["partition_data"]:
+            result = _produce_partition(apis, name, pd["index"], pd["records"], acks, transactional_id)
+            if result["error_code"]:
+                any_error = True
+                if result["error_code"] == ec.NOT_LEADER_OR_FOLLOWER and "current_leader" in result:
+                    moved.append(result["current_leader"]["leader_id"])
+            parts.append(result)
+        responses.append({"name": name, "partition_responses": parts})
+    if acks == 0:
+        # nothing is sent back; like Kafka, an error closes the connection so the client notices
+        return CLOSE_CONNECTION if any_error else NO_RESPONSE
+    response: Body = {"responses": responses, "throttle_time_ms": 0}
+    if moved and request.version >= 10:
+        response["node_endpoints"] = apis.node_endpoints(moved)
+    return response
+
+
+def _result(index: int, error: int, base_offset: int = -1, message: Optional[str] = None,
+            record_errors: Optional[List[Body]] = None) -> Body:
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": base_offset,
+        "log_append_time_ms": -1,
+        "log_start_offset": 0 if error == ec.NONE else -1,
+        "record_errors": record_errors or [],
+        "error_message": message,
+    }
+
+
+def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional[bytes], acks: int,
+                       transactional_id: Optional[str]) -> Body:
+    if acks not in (-1, 0, 1):
+        return _result(index, ec.INVALID_REQUIRED_ACKS, message=f"acks must be -1, 0 or 1, not {acks}")
+    injected = apis.faults.take_error("produce")
+    if injected:
+        return _result(index, injected, message="injected error")
+    error, p = apis.partition_error(topic, index)
+    if error:
+        result = _result(index, error)
+        if p is not None:
+            result["current_leader"] = apis.leader_info(p)
+        return result
+    assert p is not None
+    if not data:
+        return _result(index, ec.INVALID_RECORD, message="the partition data holds no record batch")
+    try:
+        header = read_batch_header(data, 0, verify_crc=False)
+    except ProtocolError as e:
+        magic_problem = len(data) > 16 and data[16] != MAGIC
+        return _result(index, ec.INVALID_RECORD if magic_problem else ec.CORRUPT_MESSAGE, message=str(e))
+    if header.size != len(data):
+        return _result(index, ec.INVALID_RECORD,
+                       message="Produce v3+ must carry exactly one record batch per partition "
+                               f"(batch of {header.size} bytes, {len(data) - header.size} bytes after it)")
+    if header.size > apis.config.max_message_bytes:
+        return _result(index, ec.MESSAGE_TOO_LARGE,
+                       message=f"batch of {header.size} bytes exceeds max_message_bytes "
+                               f"{apis.config.max_message_bytes}")
+    if crc32c(memoryview(data)[21:]) != header.crc:
+        return _result(index, ec.CORRUPT_MESSAGE, message="record batch CRC mismatch")
+    if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+        return _result(index, ec.INVALID_RECORD,
+                       message=f"recordCount {header.record_count} does not match lastOffsetDelta "
+                               f"{header.last_offset_delta}")
+    if header.is_control:
+        return _result(index, ec.INVALID_RECORD, message="clients may not produce control batches")
+    if header.is_transactional and transactional_id is None:
+        return _result(index, ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       message="transactional records need a transactional id")
+    if apis.config.validate_records:
+        try:
+            read_batches(data, verify_crc=False)
+        except Exception as e:  # ProtocolError, or a codec error on a bad compressed section
+            found = _RECORD_INDEX.search(str(e))
+            batch_index = int(found.group(1)) if found else 0
+            return _result(index, ec.INVALID_RECORD, message=f"invalid record: {e}",
+                           record_errors=[{"batch_index": batch_index, "batch_index_error_message": str(e)}])
+    plog = p.log
+    pid = header.producer_id
+    with plog.lock:
+        if pid >= 0:
+            check = plog.producers.check(pid, header.producer_epoch, header.base_sequence, header.last_sequence)
+            if check.error:
+                return _result(index, check.error, message=check.message)
+            if check.duplicate is not None:
+                return _result(index, ec.NONE, check.duplicate.first_offset)
+            if header.is_transactional and pid not in plog.txn_members:
+                return _result(index, ec.INVALID_TXN_STATE,
+                               message=f"partition {topic}-{index} is not part of producer {pid}'s transaction")
+        base = plog.append(data, header, p.leader_epoch)
+    apis.state.notify_append(topic, index)
+    return _result(index, ec.NONE, base)

@@ -1,0 +1,223 @@
+"""The state every broker of a mock cluster shares: brokers, topics, partition leaders and logs,
+producer ids, committed group offsets. Data lives here, not in a broker, so a stopped and restarted
+broker finds it again (as if every partition were replicated to every broker)."""
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import error_codes as ec
+from .faults import FaultInjector
+from .log import PartitionLog
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass
+class ClusterConfig:
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    #: the largest record batch a Produce may carry (Kafka's message.max.bytes default)
+    max_message_bytes: int = 1048588
+    #: the largest request frame a connection may send; above it the connection is closed
+    max_request_size: int = 100 * 1024 * 1024
+    #: cap on how long a Fetch waits for data (its max_wait_ms is honoured up to this)
+    max_fetch_wait_ms: int = 500
+    #: decode every record of a produced batch to validate it (slower); the CRC and the batch
+    #: header are always checked
+    validate_records: bool = False
+    #: when a broker stops, its partitions get a new leader among the live brokers
+    move_leaders_on_stop: bool = True
+    transaction_max_timeout_ms: int = 900000
+
+
+class BrokerInfo:
+    __slots__ = ("id", "host", "port", "alive")
+
+    def __init__(self, broker_id: int, host: str, port: int) -> None:
+        self.id = broker_id
+        self.host = host
+        self.port = port
+        self.alive = False
+
+
+class PartitionState:
+    __slots__ = ("topic", "index", "leader", "leader_epoch", "replicas", "log")
+
+    def __init__(self, topic: str, index: int, leader: int, replicas: List[int]) -> None:
+        self.topic = topic
+        self.index = index
+        self.leader = leader
+        self.leader_epoch = 0
+        self.replicas = replicas
+        self.log = PartitionLog(topic, index)
+
+
+class TopicState:
+    __slots__ = ("name", "topic_id", "partitions", "configs")
+
+    def __init__(self, name: str, partitions: List[PartitionState], configs: Dict[str, Optional[str]]) -> None:
+        self.name = name
+        self.topic_id = uuid.uuid4()
+        self.partitions = partitions
+        self.configs = configs
+
+
+class TopicError(Exception):
+    """Topic creation refused: ``code`` is the Kafka error code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ClusterState:
+    def __init__(self, config: ClusterConfig, faults: FaultInjector) -> None:
+        self.config = config
+        self.faults = faults
+        self.lock = threading.RLock()
+        self.cluster_id = "kproducer-mock-" + uuid.uuid4().hex[:12]
+        self.brokers: Dict[int, BrokerInfo] = {}
+        self.topics: Dict[str, TopicState] = {}
+        #: group -> (topic, partition) -> (offset, metadata)
+        self.group_offsets: Dict[str, Dict[Tuple[str, int], Tuple[int, Optional[str]]]] = {}
+        self._producer_ids = itertools.count(1000)
+        self._append_listeners: List[Callable[[str, int], None]] = []
+
+    # ------------------------------------------------------------------------------ brokers
+
+    def add_broker(self, broker: BrokerInfo) -> None:
+        with self.lock:
+            self.brokers[broker.id] = broker
+
+    def live_broker_ids(self) -> List[int]:
+        with self.lock:
+            return sorted(b.id for b in self.brokers.values() if b.alive)
+
+    def live_brokers(self) -> List[BrokerInfo]:
+        with self.lock:
+            return [self.brokers[i] for i in sorted(self.brokers) if self.brokers[i].alive]
+
+    def controller_id(self) -> int:
+        live = self.live_broker_ids()
+        return live[0] if live else -1
+
+    def coordinator_for(self, key: str) -> Optional[BrokerInfo]:
+        """The broker coordinating a group or transactional id: a stable choice among live brokers."""
+        with self.lock:
+            live = self.live_brokers()
+            if not live:
+                return None
+            return live[zlib.crc32(key.encode("utf-8")) % len(live)]
+
+    def set_broker_alive(self, broker_id: int, alive: bool) -> None:
+        with self.lock:
+            broker = self.brokers[broker_id]
+            broker.alive = alive
+            if alive or not self.config.move_leaders_on_stop:
+                return
+            live = self.live_broker_ids()
+            if not live:
+                return
+            for topic in self.topics.values():
+                for p in topic.partitions:
+                    if p.leader == broker_id:
+                        candidates = [r for r in p.replicas if r in live] or live
+                        p.leader = candidates[0]
+                        p.leader_epoch += 1
+
+    # ------------------------------------------------------------------------------- topics
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        leaders: Optional[Sequence[int]] = None,
+        configs: Optional[Dict[str, Optional[str]]] = None,
+        validate_only: bool = False,
+    ) -> Optional[TopicState]:
+        """Create a topic; partition i is led by broker ``leaders[i]`` or spread round robin."""
+        validate_topic_name(name)
+        if partitions < 1:
+            raise TopicError(ec.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+        with self.lock:
+            if name in self.topics:
+                raise TopicError(ec.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            broker_ids = sorted(self.brokers)
+            if not broker_ids:
+                raise TopicError(ec.LEADER_NOT_AVAILABLE, "the cluster has no brokers")
+            live = self.live_broker_ids() or broker_ids
+            if leaders is not None:
+                if len(leaders) != partitions:
+                    raise TopicError(ec.INVALID_REPLICA_ASSIGNMENT, f"{len(leaders)} leaders given for {partitions} partitions")
+                unknown = [b for b in leaders if b not in self.brokers]
+                if unknown:
+                    raise TopicError(ec.INVALID_REPLICA_ASSIGNMENT, f"unknown broker ids in the assignment: {unknown}")
+                chosen = list(leaders)
+            else:
+                chosen = [live[i % len(live)] for i in range(partitions)]
+            if validate_only:
+                return None
+            parts = []
+            for i, leader in enumerate(chosen):
+                replicas = [leader] + [b for b in broker_ids if b != leader]
+                parts.append(PartitionState(name, i, leader, replicas))
+            topic = TopicState(name, parts, dict(configs or {}))
+            self.topics[name] = topic
+            return topic
+
+    def topic(self, name: str) -> Optional[TopicState]:
+        return self.topics.get(name)
+
+    def partition(self, topic: str, index: int) -> Optional[PartitionState]:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            return None
+        return t.partitions[index]
+
+    def move_leader(self, topic: str, index: int, broker_id: int) -> None:
+        with self.lock:
+            p = self.partition(topic, index)
+            if p is None:
+                raise KeyError(f"unknown partition {topic}-{index}")
+            if broker_id not in self.brokers:
+                raise KeyError(f"unknown broker {broker_id}")
+            if p.leader != broker_id:
+                p.leader = broker_id
+                p.leader_epoch += 1
+
+    # ------------------------------------------------------------------------------- others
+
+    def next_producer_id(self) -> int:
+        with self.lock:
+            return next(self._producer_ids)
+
+    def add_append_listener(self, listener: Callable[[str, int], None]) -> None:
+        with self.lock:
+            self._append_listeners.append(listener)
+
+    def remove_append_listener(self, listener: Callable[[str, int], None]) -> None:
+        with self.lock:
+            if listener in self._append_listeners:
+                self._append_listeners.remove(listener)
+
+    def notify_append(self, topic: str, partition: int) -> None:
+        for listener in self._append_listeners:
+            listener(topic, partition)
+
+    def commit_offsets(self, group: str, offsets: Dict[Tuple[str, int], Tuple[int, Optional[str]]]) -> None:
+        with self.lock:
+            self.group_offsets.setdefault(group, {}).update(offsets)
+
+
+def validate_topic_name(name: str) -> None:
+    if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise TopicError(
+            ec.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}: 1-249 characters of ASCII letters, digits, '.', '_' or '-'"
+        )

@@ -1,0 +1,118 @@
+"""InitProducerId (22) and the transaction APIs (24 AddPartitionsToTxn, 25 AddOffsetsToTxn,
+26 EndTxn, 28 TxnOffsetCommit) on a mock broker. Requests about a transactional id go to its
+coordinator (FindCoordinator key type 1) and TxnOffsetCommit to the group's coordinator; any other
+broker answers NOT_COORDINATOR."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from . import error_codes as ec
+from .request_channel import Request
+
+if TYPE_CHECKING:
+    from .apis import KafkaApis, Result
+
+Body = Dict[str, Any]
+TopicPartition = Tuple[str, int]
+
+
+def handle_init_producer_id(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    txn_id: Optional[str] = body["transactional_id"]
+
+    def answer(error: int, pid: int = -1, epoch: int = -1) -> Body:
+        return {"throttle_time_ms": 0, "error_code": error, "producer_id": pid, "producer_epoch": epoch}
+
+    injected = apis.faults.take_error("init_producer_id")
+    if injected:
+        return answer(injected)
+    if txn_id is None:
+        return answer(ec.NONE, apis.state.next_producer_id(), 0)
+    if not txn_id:
+        return answer(ec.INVALID_REQUEST)
+    if not apis.is_coordinator(txn_id):
+        return answer(ec.NOT_COORDINATOR)
+    error, pid, epoch = apis.txn.init_producer_id(
+        txn_id, body["transaction_timeout_ms"], body["producer_id"], body["producer_epoch"], request.version
+    )
+    return answer(error, pid, epoch)
+
+
+def handle_add_partitions_to_txn(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    wanted: List[TopicPartition] = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
+    injected = {tp: apis.faults.take_error("add_partitions_to_txn") for tp in wanted}
+    codes: Dict[TopicPartition, int]
+    if any(injected.values()):
+        codes = {tp: code or ec.OPERATION_NOT_ATTEMPTED for tp, code in injected.items()}
+    elif not apis.is_coordinator(body["transactional_id"]):
+        codes = {tp: ec.NOT_COORDINATOR for tp in wanted}
+    else:
+        codes = apis.txn.add_partitions(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], wanted, request.version
+        )
+    results: Dict[str, List[Body]] = {}
+    for (topic, partition), code in codes.items():
+        results.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"name": name, "results_by_partition": parts} for name, parts in results.items()],
+    }
+
+
+def handle_add_offsets_to_txn(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    error = apis.faults.take_error("add_offsets_to_txn")
+    if not error:
+        if not apis.is_coordinator(body["transactional_id"]):
+            error = ec.NOT_COORDINATOR
+        else:
+            error = apis.txn.add_offsets(
+                body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"],
+                request.version,
+            )
+    return {"throttle_time_ms": 0, "error_code": error}
+
+
+def handle_end_txn(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    error = apis.faults.take_error("end_txn")
+    if not error:
+        if not apis.is_coordinator(body["transactional_id"]):
+            error = ec.NOT_COORDINATOR
+        else:
+            error = apis.txn.end_txn(
+                body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"],
+                request.version,
+            )
+    return {"throttle_time_ms": 0, "error_code": error}
+
+
+def handle_txn_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
+    body = request.body
+    assert body is not None
+    offsets: Dict[TopicPartition, Tuple[int, Optional[str]]] = {}
+    for t in body["topics"]:
+        for p in t["partitions"]:
+            offsets[(t["name"], p["partition_index"])] = (p["committed_offset"], p["committed_metadata"])
+    injected = {tp: apis.faults.take_error("txn_offset_commit") for tp in offsets}
+    codes: Dict[TopicPartition, int] = {tp: code for tp, code in injected.items() if code}
+    rest = {tp: value for tp, value in offsets.items() if tp not in codes}
+    if rest and not apis.is_coordinator(body["group_id"]):
+        codes.update({tp: ec.NOT_COORDINATOR for tp in rest})
+    elif rest:
+        codes.update(apis.txn.txn_offset_commit(
+            body["transactional_id"], body["group_id"], body["producer_id"], body["producer_epoch"], rest,
+            request.version,
+        ))
+    results: Dict[str, List[Body]] = {}
+    for (topic, partition), code in codes.items():
+        results.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+    return {
+        "throttle_time_ms": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in results.items()],
+    }

@@ -1,0 +1,1 @@
+"""Networking: non-blocking Selector, NetworkClient, in-flight requests, connection states, metadata."""

@@ -1,0 +1,449 @@
+"""NetworkClient: requests and responses over the Selector, per-connection ApiVersions negotiation,
+in-flight bookkeeping, request timeouts, reconnect backoff and metadata refresh.
+
+Used by one thread (the producer's sender thread); only :meth:`NetworkClient.wakeup` may be called from
+others.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..protocol import messages as m
+from ..protocol.errors import KafkaError, ProtocolError, UnsupportedVersionError, error_for_code
+from ..protocol.messages.api_versions import decode_api_versions
+from ..protocol.schema import Api
+from .connection_states import ClusterConnectionStates, ConnectionState
+from .in_flight import InFlightRequests
+from .metadata import Metadata, Node
+from .selector import Selector
+
+log = logging.getLogger(__name__)
+
+ResponseCallback = Callable[["ClientResponse"], None]
+
+SOFTWARE_NAME = "kproducer"
+
+
+class ClientRequest:
+    """A request on its way to a node. ``body`` is the message as a dict of snake_case fields."""
+
+    __slots__ = ("node_id", "api", "version", "body", "correlation_id", "created_ms", "sent_ms",
+                 "timeout_ms", "expect_response", "callback", "internal")
+
+    def __init__(self, node_id: int, api: Api, body: Dict[str, Any], callback: Optional[ResponseCallback],
+                 created_ms: float, timeout_ms: float, expect_response: bool = True,
+                 version: Optional[int] = None) -> None:
+        self.node_id = node_id
+        self.api = api
+        self.version = version if version is not None else -1
+        self.body = body
+        self.correlation_id = -1
+        self.created_ms = created_ms
+        self.sent_ms = created_ms
+        self.timeout_ms = timeout_ms
+        self.expect_response = expect_response
+        self.callback = callback
+        self.internal = False
+
+
+class ClientResponse:
+    """What became of a request: a decoded body, or a disconnection (possibly by timeout)."""
+
+    __slots__ = ("request", "body", "received_ms", "disconnected", "timed_out", "error")
+
+    def __init__(self, request: ClientRequest, body: Optional[Dict[str, Any]], received_ms: float,
+                 disconnected: bool = False, timed_out: bool = False, error: Optional[KafkaError] = None) -> None:
+        self.request = request
+        self.body = body
+        self.received_ms = received_ms
+        self.disconnected = disconnected
+        self.timed_out = timed_out
+        self.error = error
+
+    @property
+    def latency_ms(self) -> float:
+        return self.received_ms - self.request.sent_ms
+
+    def complete(self) -> None:
+        cb = self.request.callback
+        if cb is not None:
+            cb(self)
+
+
+class NetworkClient:
+    """Kafka's NetworkClient, for one thread."""
+
+    def __init__(
+        self,
+        metadata: Metadata,
+        selector: Optional[Selector] = None,
+        *,
+        client_id: str = "kproducer",
+        max_in_flight: int = 5,
+        request_timeout_ms: float = 30000,
+        reconnect_backoff_ms: float = 50,
+        reconnect_backoff_max_ms: float = 1000,
+        connection_setup_timeout_ms: float = 10000,
+        allow_auto_topic_creation: bool = True,
+        software_version: str = "0",
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.metadata = metadata
+        self.selector = selector or Selector()
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connection_setup_timeout_ms = connection_setup_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.software_version = software_version
+        self.clock = clock
+        self.in_flight = InFlightRequests(max_in_flight)
+        self.states = ClusterConnectionStates(reconnect_backoff_ms, reconnect_backoff_max_ms)
+        self._api_versions: Dict[int, Dict[int, Tuple[int, int]]] = {}
+        self._unwritten: Dict[int, List[ClientRequest]] = {}
+        self._correlation = 0
+        self._metadata_in_flight: Optional[ClientRequest] = None
+        self._connect_started: Dict[int, float] = {}
+        self._node_addresses: Dict[int, Tuple[str, int]] = {}
+        self._rng = random.Random()
+        self._pending: List[ClientResponse] = []
+        self._metadata_topics: Tuple[Optional[List[str]], bool] = (None, False)
+        self.closed = False
+
+    # -- connection readiness ------------------------------------------------------------------
+
+    def _node(self, node_id: int) -> Optional[Node]:
+        return self.metadata.cluster.nodes.get(node_id)
+
+    def is_ready(self, node_id: int, now_ms: float) -> bool:
+        """Connected, ApiVersions done and below max.in.flight (and metadata is not overdue)."""
+        return self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id)
+
+    def ready(self, node_id: int, now_ms: float) -> bool:
+        """Like :meth:`is_ready`, but starts connecting when the node is disconnected and backoff allows."""
+        if self.is_ready(node_id, now_ms):
+            return True
+        if self.states.can_connect(node_id, now_ms):
+            self._initiate_connect(node_id, now_ms)
+        return False
+
+    def connection_delay(self, node_id: int, now_ms: float) -> float:
+        return self.states.connection_delay(node_id, now_ms)
+
+    def poll_delay_ms(self, node_id: int, now_ms: float) -> float:
+        """How long until ``node_id`` may be ready: backoff while disconnected, otherwise unknown."""
+        if self.states.state(node_id) == ConnectionState.DISCONNECTED:
+            return self.states.connection_delay(node_id, now_ms)
+        return float("inf")
+
+    def is_connection_failed(self, node_id: int) -> bool:
+        return self.states.state(node_id) == ConnectionState.DISCONNECTED and self.states.failures(node_id) > 0
+
+    def _initiate_connect(self, node_id: int, now_ms: float) -> None:
+        node = self._node(node_id)
+        if node is None:
+            addr = self._node_addresses.get(node_id)
+            if addr is None:
+                return
+            host, port = addr
+        else:
+            host, port = node.host, node.port
+            self._node_addresses[node_id] = (host, port)
+        log.debug("connecting to node %s at %s:%s", node_id, host, port)
+        self.states.connecting(node_id, now_ms, host, port)
+        self._connect_started[node_id] = now_ms
+        self.selector.connect(node_id, host, port)
+
+    def learn_node_address(self, node_id: int, host: str, port: int) -> None:
+        """Remember where a node listens when metadata does not list it (e.g. a coordinator)."""
+        self._node_addresses.setdefault(node_id, (host, port))
+
+    def least_loaded_node(self, now_ms: float) -> Optional[int]:
+        """A ready node with the fewest requests in flight; else a connecting one; else one we may
+        connect to. None when every node is backing off."""
+        nodes = list(self.metadata.cluster.nodes)
+        if not nodes:
+            return None
+        offset = self._rng.randrange(len(nodes))
+        best, best_load = None, None
+        connecting = None
+        can_connect = None
+        for i in range(len(nodes)):
+            node_id = nodes[(offset + i) % len(nodes)]
+            if self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id):
+                load = self.in_flight.count(node_id)
+                if load == 0:
+                    return node_id
+                if best_load is None or load < best_load:
+                    best, best_load = node_id, load
+            elif self.states.is_connecting(node_id):
+                connecting = node_id
+            elif can_connect is None and self.states.can_connect(node_id, now_ms):
+                can_connect = node_id
+        if best is not None:
+            return best
+        if connecting is not None:
+            return connecting
+        return can_connect
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    def api_version(self, node_id: int, api: Api) -> int:
+        """Highest version of ``api`` both we and the node support."""
+        versions = self._api_versions.get(node_id)
+        if versions is None:
+            raise KafkaError(f"node {node_id} has not completed ApiVersions negotiation")
+        rng = versions.get(api.key)
+        if rng is None:
+            raise UnsupportedVersionError(f"broker {node_id} does not support the {api.name} API")
+        v = m.negotiate_version(api, rng[0], rng[1])
+        if v is None:
+            raise UnsupportedVersionError(
+                f"broker {node_id} supports {api.name} v{rng[0]}-v{rng[1]}, "
+                f"kproducer needs v{api.min_version}-v{api.max_version}"
+            )
+        return v
+
+    def supports(self, node_id: int, api: Api) -> bool:
+        try:
+            self.api_version(node_id, api)
+            return True
+        except KafkaError:
+            return False
+
+    def send(self, request: ClientRequest, now_ms: float) -> None:
+        """Queue ``request`` to its node, which must be ready (see :meth:`ready`)."""
+        node_id = request.node_id
+        if not request.internal and not self.is_ready(node_id, now_ms):
+            raise KafkaError(f"attempt to send a request to node {node_id}, which is not ready")
+        if request.version < 0:
+            request.version = self.api_version(node_id, request.api)
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        request.correlation_id = self._correlation
+        payload = m.encode_request(request.api, request.version, request.correlation_id, self.client_id,
+                                   request.body)
+        request.sent_ms = now_ms
+        self.in_flight.add(request)
+        self._unwritten.setdefault(node_id, []).append(request)
+        self.selector.send(node_id, payload)
+
+    # -- polling -----------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: float, now_ms: float) -> List[ClientResponse]:
+        """Do network I/O for up to ``timeout_ms``; complete and return the responses that arrived."""
+        if self.closed:
+            return []
+        # responses completed outside poll (requests to a node we disconnected) come first
+        responses, self._pending = self._pending, []
+        metadata_timeout = self._maybe_update_metadata(now_ms)
+        timeout = 0.0 if responses else min(timeout_ms, metadata_timeout, self.request_timeout_ms)
+        self.selector.poll(max(0.0, timeout))
+        now_ms = self.clock.monotonic_ms()
+        self._handle_completed_sends(responses, now_ms)
+        self._handle_completed_receives(responses, now_ms)
+        self._handle_disconnections(responses, now_ms)
+        self._handle_connections(now_ms)
+        self._handle_timed_out_connections(responses, now_ms)
+        self._handle_timed_out_requests(responses, now_ms)
+        for r in responses:
+            self._complete(r)
+        return responses
+
+    def _complete(self, response: ClientResponse) -> None:
+        try:
+            response.complete()
+        except Exception:  # a callback must never break the I/O thread
+            log.exception("uncaught error in a response callback for %s", response.request.api.name)
+
+    def _handle_completed_sends(self, responses: List[ClientResponse], now_ms: float) -> None:
+        for node_id in self.selector.completed_sends:
+            queue = self._unwritten.get(node_id)
+            if not queue:
+                continue
+            req = queue.pop(0)
+            if not req.expect_response:
+                # acks=0: the request is complete once it is written
+                self.in_flight.remove(req)
+                responses.append(ClientResponse(req, None, now_ms))
+
+    def _handle_completed_receives(self, responses: List[ClientResponse], now_ms: float) -> None:
+        for node_id, frame in self.selector.completed_receives:
+            req = self.in_flight.oldest(node_id)
+            if req is None or not req.expect_response:
+                self._protocol_failure(node_id, "received a response with no request in flight", responses, now_ms)
+                continue
+            try:
+                correlation_id, pos = m.decode_response_header(req.api, req.version, frame)
+                if correlation_id != req.correlation_id:
+                    raise ProtocolError(
+                        f"correlation id {correlation_id} does not match the oldest request's "
+                        f"{req.correlation_id} ({req.api.name})"
+                    )
+                if req.api is m.API_VERSIONS:
+                    _ver, body = decode_api_versions(req.version, frame, pos)
+                else:
+                    body = req.api.decode_response(req.version, frame, pos)
+            except ProtocolError as e:
+                self._protocol_failure(node_id, str(e), responses, now_ms)
+                continue
+            self.in_flight.complete_oldest(node_id)
+            if req.internal:
+                self._handle_internal_response(req, body, now_ms)
+            else:
+                responses.append(ClientResponse(req, body, now_ms))
+
+    def _protocol_failure(self, node_id: int, why: str, responses: List[ClientResponse], now_ms: float) -> None:
+        log.error("closing connection to node %s: %s", node_id, why)
+        self.selector.close(node_id, why)
+        self._process_disconnection(node_id, responses, now_ms, timed_out=False, reason=why)
+
+    def _handle_disconnections(self, responses: List[ClientResponse], now_ms: float) -> None:
+        if not self.selector.disconnected:
+            return
+        for node_id, reason in list(self.selector.disconnected.items()):
+            log.info("disconnected from node %s: %s", node_id, reason)
+            self._process_disconnection(node_id, responses, now_ms, timed_out=False, reason=reason)
+        self.selector.disconnected = {}
+        self.metadata.request_update()
+
+    def _process_disconnection(self, node_id: int, responses: List[ClientResponse], now_ms: float,
+                               timed_out: bool, reason: str) -> None:
+        self.states.disconnected(node_id, now_ms)
+        self._api_versions.pop(node_id, None)
+        self._unwritten.pop(node_id, None)
+        self._connect_started.pop(node_id, None)
+        for req in self.in_flight.clear_all(node_id):
+            if req.internal:
+                if req is self._metadata_in_flight:
+                    self._metadata_in_flight = None
+                    self.metadata.failed_update(now_ms)
+                continue
+            responses.append(ClientResponse(req, None, now_ms, disconnected=True, timed_out=timed_out))
+        if self._metadata_in_flight is not None and self._metadata_in_flight.node_id == node_id:
+            self._metadata_in_flight = None
+            self.metadata.failed_update(now_ms)
+
+    def _handle_connections(self, now_ms: float) -> None:
+        for node_id in self.selector.connected:
+            self._connect_started.pop(node_id, None)
+            log.debug("connected to node %s; negotiating API versions", node_id)
+            self.states.checking_api_versions(node_id)
+            self._send_api_versions(node_id, m.API_VERSIONS.max_version, now_ms)
+        self.selector.connected = []
+
+    def _send_api_versions(self, node_id: int, version: int, now_ms: float) -> None:
+        body: Dict[str, Any] = {"client_software_name": SOFTWARE_NAME,
+                                "client_software_version": self.software_version}
+        req = ClientRequest(node_id, m.API_VERSIONS, body, None, now_ms, self.request_timeout_ms,
+                            version=version)
+        req.internal = True
+        self.send(req, now_ms)
+
+    def _handle_internal_response(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
+        if req.api is m.API_VERSIONS:
+            self._handle_api_versions(req, body, now_ms)
+        elif req.api is m.METADATA:
+            self._handle_metadata(req, body, now_ms)
+
+    def _handle_api_versions(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
+        node_id = req.node_id
+        versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+        err = body["error_code"]
+        if err == 35 and req.version > 0:
+            # the broker told us which ApiVersions versions it speaks: ask again with the best of them
+            rng = versions.get(m.API_VERSIONS.key)
+            retry = min(rng[1], m.API_VERSIONS.max_version) if rng else 0
+            if retry >= req.version:
+                retry = req.version - 1
+            log.debug("node %s does not support ApiVersions v%s; retrying with v%s", node_id, req.version, retry)
+            self._send_api_versions(node_id, max(0, retry), now_ms)
+            return
+        if err:
+            why = f"ApiVersions failed: {error_for_code(err)}"
+            self.selector.close(node_id, why)
+            self._process_disconnection(node_id, self._pending, now_ms, timed_out=False, reason=why)
+            return
+        self._api_versions[node_id] = versions
+        self.states.ready(node_id)
+        log.debug("node %s ready", node_id)
+
+    # -- metadata ----------------------------------------------------------------------------------
+
+    def _maybe_update_metadata(self, now_ms: float) -> float:
+        wait = self.metadata.time_to_next_update(now_ms)
+        if self._metadata_in_flight is not None:
+            return self.request_timeout_ms
+        if wait > 0:
+            return wait
+        node_id = self.least_loaded_node(now_ms)
+        if node_id is None:
+            log.debug("no broker available for a metadata request; backing off")
+            return self.reconnect_backoff_ms
+        if self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id):
+            topics, partial = self.metadata.request_topics(now_ms)
+            version = self.api_version(node_id, m.METADATA)
+            body: Dict[str, Any] = {
+                "topics": [{"name": t} for t in topics] if topics is not None else None,
+                "allow_auto_topic_creation": self.allow_auto_topic_creation,
+            }
+            req = ClientRequest(node_id, m.METADATA, body, None, now_ms, self.request_timeout_ms, version=version)
+            req.internal = True
+            self._metadata_topics = (topics, partial)
+            self._metadata_in_flight = req
+            self.send(req, now_ms)
+            return self.request_timeout_ms
+        if self.states.is_connecting(node_id):
+            return self.reconnect_backoff_ms
+        self._initiate_connect(node_id, now_ms)
+        return self.reconnect_backoff_ms
+
+    def _handle_metadata(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
+        self._metadata_in_flight = None
+        topics, partial = self._metadata_topics
+        if not body["brokers"]:
+            log.warning("ignoring a metadata response with no brokers")
+            self.metadata.failed_update(now_ms)
+            return
+        self.metadata.update(body, topics, partial, now_ms)
+
+    # -- timeouts ----------------------------------------------------------------------------------
+
+    def _handle_timed_out_requests(self, responses: List[ClientResponse], now_ms: float) -> None:
+        for node_id in self.in_flight.nodes_with_timed_out_requests(now_ms):
+            why = f"request timed out after {self.request_timeout_ms:.0f} ms (request.timeout.ms)"
+            log.warning("disconnecting from node %s: %s", node_id, why)
+            self.selector.close(node_id, why)
+            self._process_disconnection(node_id, responses, now_ms, timed_out=True, reason=why)
+            self.metadata.request_update()
+
+    def _handle_timed_out_connections(self, responses: List[ClientResponse], now_ms: float) -> None:
+        for node_id, started in list(self._connect_started.items()):
+            if now_ms - started >= self.connection_setup_timeout_ms:
+                why = f"connection setup timed out after {self.connection_setup_timeout_ms:.0f} ms"
+                log.warning("node %s: %s", node_id, why)
+                self.selector.close(node_id, why)
+                self._process_disconnection(node_id, responses, now_ms, timed_out=True, reason=why)
+                self.metadata.request_update()
+
+    # -- misc ----------------------------------------------------------------------------------------
+
+    def in_flight_count(self, node_id: Optional[int] = None) -> int:
+        return self.in_flight.count(node_id)
+
+    def has_in_flight(self) -> bool:
+        return self.in_flight.count() > 0
+
+    def disconnect(self, node_id: int) -> None:
+        """Close a connection; its requests complete as disconnected on the next poll."""
+        self.selector.close(node_id, "closed by client")
+        self._process_disconnection(node_id, self._pending, self.clock.monotonic_ms(), False, "closed by client")
+
+    def wakeup(self) -> None:
+        self.selector.wakeup()
+
+    def close(self) -> None:
+        self.closed = True
+        self.selector.close_all()

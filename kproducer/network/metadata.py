@@ -1,0 +1,263 @@
+"""The client's view of the cluster: brokers, topics, partitions and their leaders, and when to refresh it.
+
+A :class:`Cluster` is an immutable snapshot; :class:`Metadata` swaps in a new one on every successful
+refresh so readers on other threads never need a lock to look up a leader.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..protocol.errors import KafkaError, error_for_code
+
+log = logging.getLogger(__name__)
+
+# error codes that mean "try again after a refresh" rather than "this topic is broken"
+_LEADER_NOT_AVAILABLE = 5
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+class Node(NamedTuple):
+    node_id: int
+    host: str
+    port: int
+    rack: Optional[str] = None
+
+
+class PartitionInfo(NamedTuple):
+    topic: str
+    partition: int
+    leader: int  # -1 when there is none
+    leader_epoch: int
+    replicas: Tuple[int, ...]
+    isr: Tuple[int, ...]
+    error_code: int = 0
+
+
+class Cluster:
+    """Immutable snapshot of brokers and partition leadership."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        partitions: Iterable[PartitionInfo] = (),
+        topic_errors: Optional[Mapping[str, int]] = None,
+        cluster_id: Optional[str] = None,
+        controller_id: int = -1,
+        bootstrap: bool = False,
+    ) -> None:
+        self.nodes: Dict[int, Node] = {n.node_id: n for n in nodes}
+        by_topic: Dict[str, List[PartitionInfo]] = {}
+        for p in partitions:
+            by_topic.setdefault(p.topic, []).append(p)
+        self.partitions: Dict[str, Tuple[PartitionInfo, ...]] = {
+            t: tuple(sorted(ps, key=lambda p: p.partition)) for t, ps in by_topic.items()
+        }
+        self.leaders: Dict[Tuple[str, int], int] = {
+            (p.topic, p.partition): p.leader for ps in self.partitions.values() for p in ps if p.leader >= 0
+        }
+        self.partition_counts: Dict[str, int] = {t: len(ps) for t, ps in self.partitions.items()}
+        self.available: Dict[str, Tuple[int, ...]] = {
+            t: tuple(p.partition for p in ps if p.leader >= 0 and p.leader in self.nodes)
+            for t, ps in self.partitions.items()
+        }
+        self.topic_errors: Dict[str, int] = dict(topic_errors or {})
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.is_bootstrap = bootstrap
+
+    @classmethod
+    def bootstrap_cluster(cls, servers: List[Tuple[str, int]]) -> "Cluster":
+        # bootstrap nodes get negative ids so they never collide with real broker ids
+        return cls([Node(-(i + 1), h, p) for i, (h, p) in enumerate(servers)], bootstrap=True)
+
+    def leader_for(self, tp: Tuple[str, int]) -> Optional[Node]:
+        leader = self.leaders.get(tp)
+        return None if leader is None else self.nodes.get(leader)
+
+    def partitions_for_node(self, node_id: int) -> List[Tuple[str, int]]:
+        return [tp for tp, leader in self.leaders.items() if leader == node_id]
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        return self.partition_counts.get(topic)
+
+
+class Metadata:
+    """Thread-safe holder of the current :class:`Cluster` plus refresh bookkeeping.
+
+    The sender thread decides when to refresh (``time_to_next_update``) and feeds responses in;
+    application threads wait on :meth:`await_update` with a deadline.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: List[Tuple[str, int]],
+        metadata_max_age_ms: float = 300000,
+        refresh_backoff_ms: float = 100,
+        metadata_max_idle_ms: float = 300000,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.max_age_ms = metadata_max_age_ms
+        self.refresh_backoff_ms = refresh_backoff_ms
+        self.max_idle_ms = metadata_max_idle_ms
+        self.clock = clock
+        self.cluster = Cluster.bootstrap_cluster(bootstrap_servers)
+        self.bootstrap_servers = list(bootstrap_servers)
+        self._lock = threading.Condition()
+        self._topics: Dict[str, float] = {}  # topic -> last time it was used
+        self._new_topics: Set[str] = set()
+        self._need_full_update = True
+        self._need_partial_update = False
+        self.last_refresh_ms = 0.0
+        self.last_successful_refresh_ms = 0.0
+        self.version = 0
+        self._fatal: Optional[KafkaError] = None
+        self._topic_exceptions: Dict[str, KafkaError] = {}
+        self.closed = False
+
+    # -- interest --------------------------------------------------------------------------------
+
+    def add_topic(self, topic: str) -> None:
+        """Note that ``topic`` is in use (and fetch it soon if it is new)."""
+        with self._lock:
+            now = self.clock.monotonic_ms()
+            if topic not in self._topics:
+                self._new_topics.add(topic)
+                self._need_partial_update = True
+            self._topics[topic] = now
+
+    def topics(self) -> FrozenSet[str]:
+        with self._lock:
+            return frozenset(self._topics)
+
+    def request_update(self) -> int:
+        """Ask for a refresh of every topic in use; returns the version to wait beyond."""
+        with self._lock:
+            self._need_full_update = True
+            return self.version
+
+    def request_update_for_topic(self, topic: str) -> int:
+        with self._lock:
+            if topic not in self._topics:
+                self._topics[topic] = self.clock.monotonic_ms()
+                self._new_topics.add(topic)
+            self._need_partial_update = True
+            return self.version
+
+    def update_requested(self) -> bool:
+        return self._need_full_update or self._need_partial_update
+
+    def time_to_next_update(self, now_ms: float) -> float:
+        """Milliseconds until a refresh is due (0 = now), respecting the refresh backoff."""
+        if self._need_full_update or self._need_partial_update:
+            due = 0.0
+        else:
+            due = max(0.0, self.last_successful_refresh_ms + self.max_age_ms - now_ms)
+        backoff = max(0.0, self.last_refresh_ms + self.refresh_backoff_ms - now_ms)
+        return max(due, backoff)
+
+    def request_topics(self, now_ms: float) -> Tuple[Optional[List[str]], bool]:
+        """Topics for the next Metadata request and whether it is a partial (new topics only) one.
+
+        Topics unused for metadata.max.idle.ms are forgotten first."""
+        with self._lock:
+            idle = [t for t, used in self._topics.items() if now_ms - used > self.max_idle_ms]
+            for t in idle:
+                del self._topics[t]
+                self._new_topics.discard(t)
+            if self._need_partial_update and not self._need_full_update and self._new_topics:
+                return sorted(self._new_topics), True
+            return sorted(self._topics), False
+
+    # -- updates ---------------------------------------------------------------------------------
+
+    def update(self, response: Mapping[str, Any], requested: Optional[List[str]], partial: bool,
+               now_ms: float) -> None:
+        """Apply a decoded Metadata response."""
+        nodes = [Node(b["node_id"], b["host"], b["port"], b.get("rack")) for b in response["brokers"]]
+        parts: List[PartitionInfo] = []
+        errors: Dict[str, int] = {}
+        exceptions: Dict[str, KafkaError] = {}
+        seen: Set[str] = set()
+        for t in response["topics"]:
+            name = t["name"]
+            if name is None:
+                continue
+            seen.add(name)
+            err = t["error_code"]
+            if err:
+                errors[name] = err
+                if err not in (_LEADER_NOT_AVAILABLE, _UNKNOWN_TOPIC_OR_PARTITION):
+                    exc = error_for_code(err)
+                    if not exc.retriable:
+                        exceptions[name] = exc
+                continue
+            for pinfo in t["partitions"]:
+                leader = pinfo["leader_id"]
+                if pinfo["error_code"] and pinfo["error_code"] != 9:  # 9 REPLICA_NOT_AVAILABLE still has a leader
+                    leader = -1 if pinfo["error_code"] in (_LEADER_NOT_AVAILABLE, 6) else leader
+                parts.append(PartitionInfo(
+                    name, pinfo["partition_index"], leader, pinfo.get("leader_epoch", -1),
+                    tuple(pinfo.get("replica_nodes") or ()), tuple(pinfo.get("isr_nodes") or ()),
+                    pinfo["error_code"],
+                ))
+        with self._lock:
+            old = self.cluster
+            if partial and not old.is_bootstrap:
+                # keep what we knew about the topics this request did not cover
+                for topic, infos in old.partitions.items():
+                    if topic not in seen:
+                        parts.extend(infos)
+                for topic, code in old.topic_errors.items():
+                    if topic not in seen:
+                        errors.setdefault(topic, code)
+            if not nodes:
+                log.warning("metadata response listed no brokers; keeping the previous broker list")
+                nodes = [n for n in old.nodes.values() if n.node_id >= 0] or list(old.nodes.values())
+            self.cluster = Cluster(nodes, parts, errors, response.get("cluster_id"),
+                                   response.get("controller_id", -1))
+            self._topic_exceptions = {k: v for k, v in self._topic_exceptions.items() if k not in seen}
+            self._topic_exceptions.update(exceptions)
+            if requested is not None:
+                self._new_topics.difference_update(requested)
+            if not partial:
+                self._need_full_update = False
+            if not self._new_topics:
+                self._need_partial_update = False
+            self.last_refresh_ms = now_ms
+            if not partial:
+                self.last_successful_refresh_ms = now_ms
+            elif self.last_successful_refresh_ms == 0:
+                self.last_successful_refresh_ms = now_ms
+            self.version += 1
+            self._lock.notify_all()
+
+    def failed_update(self, now_ms: float, error: Optional[KafkaError] = None) -> None:
+        with self._lock:
+            self.last_refresh_ms = now_ms
+            if error is not None and not error.retriable:
+                self._fatal = error
+            self._lock.notify_all()
+
+    def topic_exception(self, topic: str) -> Optional[KafkaError]:
+        return self._topic_exceptions.get(topic) or self._fatal
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def await_update(self, last_version: int, timeout_ms: float) -> bool:
+        """Block until the version moves past ``last_version``; False on timeout."""
+        deadline = self.clock.monotonic_ms() + timeout_ms
+        with self._lock:
+            while self.version <= last_version and not self.closed:
+                remaining = deadline - self.clock.monotonic_ms()
+                if remaining <= 0:
+                    return False
+                self.clock.wait(self._lock, remaining)
+            return self.version > last_version
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self._lock.notify_all()

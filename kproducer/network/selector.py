@@ -1,0 +1,340 @@
+"""Non-blocking connections with Kafka's size-prefixed framing, multiplexed over ``selectors``.
+
+Each frame is a 4-byte big-endian length followed by that many payload bytes, however TCP splits or
+joins them. One :class:`Selector.poll` call connects, writes and reads whatever the sockets allow and
+reports what completed: connections, sent frames, received frames and disconnections.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import selectors
+import socket
+import struct
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_READ_CHUNK = 256 * 1024
+
+NodeId = int
+
+
+class ChannelState:
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+class FrameError(Exception):
+    """The peer sent a frame size we refuse (negative or above the configured maximum)."""
+
+
+class FrameReader:
+    """Reassembles size-prefixed frames from arbitrary chunks of a byte stream."""
+
+    __slots__ = ("max_size", "_buf", "_start")
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._buf = bytearray()
+        self._start = 0
+
+    def feed(self, data: bytes) -> List[bytes]:
+        """Add bytes; return every frame completed by them (payloads without the size prefix)."""
+        buf = self._buf
+        buf += data
+        frames = []
+        start = self._start
+        end = len(buf)
+        while end - start >= 4:
+            (size,) = _SIZE.unpack_from(buf, start)
+            if size < 0 or size > self.max_size:
+                raise FrameError(
+                    f"invalid frame size {size} (allowed 0..{self.max_size}); the peer is not speaking "
+                    "the Kafka protocol or the data is corrupt"
+                )
+            if end - start - 4 < size:
+                break
+            frames.append(bytes(buf[start + 4:start + 4 + size]))
+            start += 4 + size
+        if start:
+            if start == end:
+                buf.clear()
+                start = 0
+            elif start > 65536:
+                del buf[:start]
+                start = 0
+        self._start = start
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._start
+
+
+class KafkaChannel:
+    """One connection: socket, outgoing frame queue, incoming frame reassembly."""
+
+    __slots__ = ("node_id", "sock", "state", "address", "sends", "current", "frames_written",
+                 "reader", "registered_events")
+
+    def __init__(self, node_id: NodeId, sock: socket.socket, address: Tuple[str, int], max_receive: int) -> None:
+        self.node_id = node_id
+        self.sock = sock
+        self.address = address
+        self.state = ChannelState.CONNECTING
+        self.sends: Deque[memoryview] = deque()
+        self.current: Optional[memoryview] = None
+        self.frames_written = 0
+        self.reader = FrameReader(max_receive)
+        self.registered_events = 0
+
+    def has_pending_writes(self) -> bool:
+        return self.current is not None or bool(self.sends)
+
+
+class Selector:
+    """Non-blocking multi-connection I/O. Not thread-safe except :meth:`wakeup`."""
+
+    def __init__(
+        self,
+        max_receive_size: int = 100 * 1024 * 1024,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
+        self.max_receive_size = max_receive_size
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self._sel = selectors.DefaultSelector()
+        self._channels: Dict[NodeId, KafkaChannel] = {}
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._closed = False
+        # results of the last poll()
+        self.connected: List[NodeId] = []
+        self.completed_sends: List[NodeId] = []
+        self.completed_receives: List[Tuple[NodeId, bytes]] = []
+        self.disconnected: Dict[NodeId, str] = {}
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def connect(self, node_id: NodeId, host: str, port: int) -> None:
+        """Start a non-blocking connection. Failures show up as a disconnection in the next poll."""
+        if node_id in self._channels:
+            raise ValueError(f"already connected or connecting to node {node_id}")
+        try:
+            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        except OSError as e:
+            self.disconnected[node_id] = f"cannot resolve {host}:{port}: {e}"
+            return
+        family, stype, proto, _name, addr = infos[0]
+        sock = socket.socket(family, stype, proto)
+        sock.setblocking(False)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        except OSError:
+            pass
+        ch = KafkaChannel(node_id, sock, (host, port), self.max_receive_size)
+        self._channels[node_id] = ch
+        rc = sock.connect_ex(addr)
+        if rc == 0:
+            ch.state = ChannelState.CONNECTED
+            self.connected.append(node_id)
+            self._update_interest(ch)
+        elif rc in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+            self._update_interest(ch)
+        else:
+            self._close_channel(ch, f"connect to {host}:{port} failed: {errno.errorcode.get(rc, rc)}")
+
+    def is_connected(self, node_id: NodeId) -> bool:
+        ch = self._channels.get(node_id)
+        return ch is not None and ch.state == ChannelState.CONNECTED
+
+    def has_channel(self, node_id: NodeId) -> bool:
+        return node_id in self._channels
+
+    def close(self, node_id: NodeId, reason: str = "closed by client") -> None:
+        ch = self._channels.get(node_id)
+        if ch is not None:
+            self._close_channel(ch, reason, report=False)
+
+    def close_all(self) -> None:
+        for ch in list(self._channels.values()):
+            self._close_channel(ch, "selector closed", report=False)
+        if not self._closed:
+            self._closed = True
+            try:
+                self._sel.unregister(self._wake_r)
+            except (KeyError, ValueError):
+                pass
+            self._wake_r.close()
+            self._wake_w.close()
+            self._sel.close()
+
+    def _close_channel(self, ch: KafkaChannel, reason: str, report: bool = True) -> None:
+        if ch.state == ChannelState.CLOSED:
+            return
+        ch.state = ChannelState.CLOSED
+        if ch.registered_events:
+            try:
+                self._sel.unregister(ch.sock)
+            except (KeyError, ValueError):
+                pass
+        try:
+            ch.sock.close()
+        except OSError:
+            pass
+        self._channels.pop(ch.node_id, None)
+        if report:
+            self.disconnected[ch.node_id] = reason
+        log.debug("connection to node %s (%s:%s) closed: %s", ch.node_id, ch.address[0], ch.address[1], reason)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def send(self, node_id: NodeId, payload: bytes) -> None:
+        """Queue one frame (the size prefix is added here)."""
+        ch = self._channels.get(node_id)
+        if ch is None or ch.state != ChannelState.CONNECTED:
+            raise ConnectionError(f"node {node_id} is not connected")
+        ch.sends.append(memoryview(_SIZE.pack(len(payload)) + payload))
+        if not ch.registered_events & selectors.EVENT_WRITE:
+            self._update_interest(ch)
+
+    def _update_interest(self, ch: KafkaChannel) -> None:
+        if ch.state == ChannelState.CONNECTING:
+            events = selectors.EVENT_WRITE
+        else:
+            events = selectors.EVENT_READ
+            if ch.has_pending_writes():
+                events |= selectors.EVENT_WRITE
+        if events == ch.registered_events:
+            return
+        if ch.registered_events:
+            self._sel.modify(ch.sock, events, ch)
+        else:
+            self._sel.register(ch.sock, events, ch)
+        ch.registered_events = events
+
+    def _write(self, ch: KafkaChannel) -> None:
+        sock = ch.sock
+        while True:
+            cur = ch.current
+            if cur is None:
+                if not ch.sends:
+                    break
+                cur = ch.current = ch.sends.popleft()
+            try:
+                n = sock.send(cur)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self._close_channel(ch, f"write failed: {e}")
+                return
+            if n < len(cur):
+                ch.current = cur[n:]
+                break
+            ch.current = None
+            self.completed_sends.append(ch.node_id)
+        self._update_interest(ch)
+
+    def _read(self, ch: KafkaChannel) -> None:
+        sock = ch.sock
+        while True:
+            try:
+                data = sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._close_channel(ch, f"read failed: {e}")
+                return
+            if not data:
+                self._close_channel(ch, "connection closed by the broker")
+                return
+            try:
+                frames = ch.reader.feed(data)
+            except FrameError as e:
+                self._close_channel(ch, str(e))
+                return
+            for frame in frames:
+                self.completed_receives.append((ch.node_id, frame))
+            if len(data) < _READ_CHUNK:
+                return
+
+    def _finish_connect(self, ch: KafkaChannel) -> None:
+        err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._close_channel(
+                ch, f"connect to {ch.address[0]}:{ch.address[1]} failed: {errno.errorcode.get(err, err)}"
+            )
+            return
+        ch.state = ChannelState.CONNECTED
+        self.connected.append(ch.node_id)
+        self._update_interest(ch)
+
+    # -- polling -------------------------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Interrupt a poll() blocked in another thread."""
+        try:
+            self._wake_w.send(b"\x00")
+        except OSError:
+            pass
+
+    def clear_results(self) -> None:
+        self.connected = []
+        self.completed_sends = []
+        self.completed_receives = []
+        self.disconnected = {}
+
+    def poll(self, timeout_ms: float) -> None:
+        """Wait up to ``timeout_ms`` for I/O and do it. Results replace the previous poll's.
+
+        Connections and disconnections reported by :meth:`connect` since the last poll are kept.
+        """
+        connected, disconnected = self.connected, self.disconnected
+        self.clear_results()
+        self.connected = connected
+        self.disconnected = disconnected
+        if self._closed:
+            return
+        # flush what can be written without waiting
+        timeout = max(0.0, timeout_ms) / 1000.0
+        if connected or disconnected:
+            timeout = 0.0
+        events = self._sel.select(timeout)
+        for key, mask in events:
+            ch = key.data
+            if ch is None:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    pass
+                continue
+            if ch.state == ChannelState.CLOSED:
+                continue
+            if ch.state == ChannelState.CONNECTING:
+                self._finish_connect(ch)
+                if ch.state != ChannelState.CONNECTED:
+                    continue
+                mask = selectors.EVENT_WRITE if ch.has_pending_writes() else 0
+            if mask & selectors.EVENT_READ:
+                self._read(ch)
+                if ch.state == ChannelState.CLOSED:
+                    continue
+            if mask & selectors.EVENT_WRITE:
+                self._write(ch)
+
+    def channel_ids(self) -> List[NodeId]:
+        return list(self._channels)

@@ -1,0 +1,1 @@
+"""The producer: BufferPool, RecordAccumulator, ProducerBatch, Sender thread, partitioners, futures."""

@@ -1,0 +1,409 @@
+"""RecordAccumulator: per-partition queues of batches between send() and the sender thread."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
+from ..errors import ProducerClosedError
+from ..protocol.records import RecordBatchBuilder
+from .batch import Header, ProducerBatch
+from .buffer_pool import BufferPool
+from .future import Callback, FutureRecordMetadata
+
+if TYPE_CHECKING:
+    from ..network.metadata import Cluster
+    from .transaction_manager import TransactionManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = Tuple[str, int]
+
+
+class AppendResult(NamedTuple):
+    future: FutureRecordMetadata
+    batch_is_full: bool
+    new_batch_created: bool
+
+
+class ReadyCheckResult(NamedTuple):
+    ready_nodes: Set[int]
+    next_ready_check_delay_ms: float
+    unknown_leader_topics: Set[str]
+
+
+class RecordAccumulator:
+    """Queues records into batches per partition; tells the sender which nodes have sendable batches
+    (:meth:`ready`) and hands them over (:meth:`drain`); takes retries back at the head
+    (:meth:`reenqueue`); expires batches past delivery.timeout.ms (:meth:`expired_batches`)."""
+
+    def __init__(
+        self,
+        batch_size: int,
+        linger_ms: float,
+        retry_backoff_ms: float,
+        retry_backoff_max_ms: float,
+        delivery_timeout_ms: float,
+        buffer_pool: BufferPool,
+        compression: int = 0,
+        compression_level: Optional[int] = None,
+        clock: Clock = SYSTEM_CLOCK,
+        transaction_manager: Optional["TransactionManager"] = None,
+        backoff: Optional[ExponentialBackoff] = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.free = buffer_pool
+        self.compression = compression
+        self.compression_level = compression_level
+        self.clock = clock
+        self.txn = transaction_manager
+        self.retry_backoff = backoff or ExponentialBackoff(retry_backoff_ms, retry_backoff_max_ms, 0.2)
+        self._lock = threading.Lock()
+        self._batches: Dict[TopicPartition, Deque[ProducerBatch]] = {}
+        self._incomplete: Set[ProducerBatch] = set()
+        self._incomplete_lock = threading.Lock()
+        self._muted: Set[TopicPartition] = set()
+        self._drain_index: Dict[int, int] = {}
+        self._node_partitions_cache: Tuple[Optional["Cluster"], Dict[int, List[TopicPartition]]] = (None, {})
+        self._flushes_in_progress = 0
+        self._appends_in_progress = 0
+        self._closed = False
+        self.next_batch_expiry_ms = float("inf")
+
+    # -- append (application threads) -------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+               headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
+               now_ms: float) -> AppendResult:
+        """Add a record to the partition's last open batch, or to a new batch (which may block up to
+        ``max_block_ms`` for memory)."""
+        tp = (topic, partition)
+        with self._lock:
+            if self._closed:
+                raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+            dq = self._batches.get(tp)
+            if dq:
+                last = dq[-1]
+                if not last.closed:
+                    fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                    if fut is not None:
+                        return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
+                    last.close_for_appends()
+            self._appends_in_progress += 1
+        try:
+            size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
+            reserved = self.free.allocate(size, max_block_ms)
+            handed_to_batch = False
+            try:
+                with self._lock:
+                    if self._closed:
+                        raise ProducerClosedError(
+                            "send() called after close(): the producer no longer accepts records")
+                    dq = self._batches.get(tp)
+                    if dq is None:
+                        dq = self._batches[tp] = deque()
+                    elif dq:
+                        last = dq[-1]
+                        if not last.closed:
+                            # another thread opened a batch while we waited for memory
+                            fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                            if fut is not None:
+                                self.free.deallocate(reserved)
+                                return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
+                            last.close_for_appends()
+                    builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
+                    batch = ProducerBatch(topic, partition, builder, now_ms, reserved)
+                    handed_to_batch = True
+                    fut = batch.try_append(timestamp, key, value, headers, callback, now_ms)
+                    assert fut is not None  # the first record always fits
+                    dq.append(batch)
+                    with self._incomplete_lock:
+                        self._incomplete.add(batch)
+                    return AppendResult(fut, len(dq) > 1 or batch.is_full(), True)
+            except BaseException:
+                if not handed_to_batch:
+                    self.free.deallocate(reserved)
+                raise
+        finally:
+            with self._lock:
+                self._appends_in_progress -= 1
+
+    # -- ready / drain (sender thread) -----------------------------------------------------------
+
+    def ready(self, cluster: "Cluster", now_ms: float) -> ReadyCheckResult:
+        """Nodes with at least one sendable partition, how long until another might become sendable,
+        and topics whose leader is unknown (their metadata must be refreshed)."""
+        ready_nodes: Set[int] = set()
+        next_delay = float("inf")
+        unknown: Set[str] = set()
+        exhausted = self.free.queued() > 0
+        flushing = self._flushes_in_progress > 0
+        closing = self._closed
+        txn_completing = self.txn is not None and self.txn.is_completing()
+        linger = self.linger_ms
+        leaders = cluster.leaders
+        with self._lock:
+            items = list(self._batches.items())
+        for tp, dq in items:
+            if not dq:
+                continue
+            try:
+                batch = dq[0]
+            except IndexError:
+                continue
+            leader = leaders.get(tp)
+            if leader is None or leader not in cluster.nodes:
+                unknown.add(tp[0])
+                continue
+            if leader in ready_nodes or tp in self._muted:
+                continue
+            waited = now_ms - batch.last_attempt_ms
+            backing_off = batch.attempts > 0 and waited < batch.retry_backoff_ms
+            time_to_wait = batch.retry_backoff_ms if backing_off else linger
+            full = len(dq) > 1 or batch.is_full()
+            expired = waited >= time_to_wait
+            sendable = full or expired or exhausted or closing or flushing or txn_completing
+            if sendable and not backing_off:
+                ready_nodes.add(leader)
+            else:
+                next_delay = min(next_delay, max(0.0, time_to_wait - waited))
+        return ReadyCheckResult(ready_nodes, next_delay, unknown)
+
+    def _partitions_by_node(self, cluster: "Cluster") -> Dict[int, List[TopicPartition]]:
+        cached_cluster, mapping = self._node_partitions_cache
+        if cached_cluster is not cluster:
+            mapping = {}
+            for tp, leader in cluster.leaders.items():
+                mapping.setdefault(leader, []).append(tp)
+            for parts in mapping.values():
+                parts.sort()
+            self._node_partitions_cache = (cluster, mapping)
+        return mapping
+
+    def drain(self, cluster: "Cluster", nodes: Set[int], max_size: int, now_ms: float) -> Dict[int, List[ProducerBatch]]:
+        """Take head batches of each node's partitions, up to ``max_size`` bytes per node, starting each
+        time from the next partition so that none starves. Taken batches are closed for appends."""
+        by_node = self._partitions_by_node(cluster)
+        out: Dict[int, List[ProducerBatch]] = {}
+        for node in nodes:
+            batches = self._drain_node(by_node.get(node, []), node, max_size, now_ms)
+            if batches:
+                out[node] = batches
+        return out
+
+    def _drain_node(self, parts: List[TopicPartition], node: int, max_size: int, now_ms: float) -> List[ProducerBatch]:
+        if not parts:
+            return []
+        size = 0
+        ready: List[ProducerBatch] = []
+        n = len(parts)
+        start = self._drain_index.get(node, 0) % n
+        idx = start
+        txn = self.txn
+        with self._lock:
+            while True:
+                tp = parts[idx]
+                idx = (idx + 1) % n
+                dq = self._batches.get(tp)
+                if dq and tp not in self._muted:
+                    first = dq[0]
+                    if not first.is_backing_off(now_ms):
+                        if ready and size + first.estimated_size() > max_size:
+                            # a single batch larger than the request size is still sent, alone
+                            break
+                        if txn is None or not txn.should_stop_drain(first):
+                            dq.popleft()
+                            if txn is not None:
+                                txn.assign_sequence(first)
+                            first.close_for_appends()
+                            first.in_flight = True
+                            first.drained_ms = now_ms
+                            size += first.estimated_size()
+                            ready.append(first)
+                if idx == start:
+                    break
+            self._drain_index[node] = idx
+        return ready
+
+    # -- retries ---------------------------------------------------------------------------------
+
+    def reenqueue(self, batch: ProducerBatch, now_ms: float) -> None:
+        """Put a batch to retry back at the head of its queue (in sequence order when idempotent)."""
+        batch.reenqueued(now_ms, self.retry_backoff.backoff(batch.attempts))
+        with self._lock:
+            dq = self._batches.setdefault(batch.tp, deque())
+            if batch.has_sequence() and self.txn is not None:
+                self._insert_in_sequence_order(dq, batch)
+            else:
+                dq.appendleft(batch)
+
+    @staticmethod
+    def _insert_in_sequence_order(dq: Deque[ProducerBatch], batch: ProducerBatch) -> None:
+        # retried batches sit at the head ordered by sequence; new (unsequenced) batches follow
+        i = 0
+        for i, other in enumerate(dq):
+            if not other.has_sequence() or other.base_sequence > batch.base_sequence:
+                break
+        else:
+            i = len(dq)
+        dq.insert(i, batch)
+
+    def split_and_reenqueue(self, batch: ProducerBatch, now_ms: float) -> int:
+        """Split a batch the broker found too large into batches of half its size, put them back at the
+        head of the partition's queue, and hand the records' futures over. Returns the number of parts."""
+        from ..protocol.records import read_batches
+
+        parsed = read_batches(batch.builder.build(), verify_crc=False)[0]
+        target = max(1, min(self.batch_size, batch.builder.estimated_size() // 2))
+        parts: List[ProducerBatch] = []
+        mapping: List[Tuple[ProducerBatch, int]] = []
+        current: Optional[ProducerBatch] = None
+        for rec in parsed.records:
+            headers = rec.headers or None
+            ts = parsed.base_timestamp + rec.timestamp_delta
+            delta = current.builder.try_append(ts, rec.key, rec.value, headers) if current is not None else -1
+            if current is None or delta < 0:
+                current = ProducerBatch(batch.topic, batch.partition,
+                                        RecordBatchBuilder(target, self.compression, self.compression_level),
+                                        batch.created_ms, 0)
+                current.attempts = batch.attempts
+                current.last_attempt_ms = now_ms
+                parts.append(current)
+                delta = current.builder.try_append(ts, rec.key, rec.value, headers)
+            mapping.append((current, delta))
+        for part in parts:
+            part.close_for_appends()
+        # memory stays reserved by the first part; the others reserve none
+        parts[0].reserved_bytes = batch.reserved_bytes
+        batch.reserved_bytes = 0
+        with self._incomplete_lock:
+            self._incomplete.discard(batch)
+            self._incomplete.update(parts)
+        batch.hand_over(mapping)
+        with self._lock:
+            dq = self._batches.setdefault(batch.tp, deque())
+            for part in reversed(parts):
+                dq.appendleft(part)
+        return len(parts)
+
+    # -- expiry ------------------------------------------------------------------------------------
+
+    def expired_batches(self, now_ms: float) -> List[ProducerBatch]:
+        """Remove and return queued batches that have been waiting longer than delivery.timeout.ms."""
+        expired: List[ProducerBatch] = []
+        next_expiry = float("inf")
+        timeout = self.delivery_timeout_ms
+        with self._lock:
+            for dq in self._batches.values():
+                while dq:
+                    b = dq[0]
+                    if b.has_reached_delivery_timeout(timeout, now_ms):
+                        dq.popleft()
+                        b.close_for_appends()
+                        expired.append(b)
+                    else:
+                        next_expiry = min(next_expiry, b.delivery_deadline(timeout))
+                        break
+        self.next_batch_expiry_ms = next_expiry
+        return expired
+
+    # -- completion and bookkeeping ------------------------------------------------------------------
+
+    def deallocate(self, batch: ProducerBatch) -> None:
+        """Forget a completed batch and give its memory back."""
+        with self._incomplete_lock:
+            self._incomplete.discard(batch)
+        if batch.reserved_bytes:
+            self.free.deallocate(batch.reserved_bytes)
+            batch.reserved_bytes = 0
+
+    def incomplete_batches(self) -> List[ProducerBatch]:
+        with self._incomplete_lock:
+            return list(self._incomplete)
+
+    def has_incomplete(self) -> bool:
+        return bool(self._incomplete)
+
+    def has_undrained(self) -> bool:
+        with self._lock:
+            return any(self._batches.values())
+
+    def queued_batches(self) -> int:
+        with self._lock:
+            return sum(len(dq) for dq in self._batches.values())
+
+    def queued_batches_list(self) -> List[ProducerBatch]:
+        with self._lock:
+            return [b for dq in self._batches.values() for b in dq]
+
+    def mute(self, tp: TopicPartition) -> None:
+        self._muted.add(tp)
+
+    def unmute(self, tp: TopicPartition) -> None:
+        self._muted.discard(tp)
+
+    def begin_flush(self) -> None:
+        with self._lock:
+            self._flushes_in_progress += 1
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes_in_progress -= 1
+
+    def flush_in_progress(self) -> bool:
+        return self._flushes_in_progress > 0
+
+    def await_flush_completion(self, timeout_s: Optional[float]) -> bool:
+        """Wait for every batch that exists now to complete; False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        return all(_wait_done(b, deadline) for b in self.incomplete_batches())
+
+    def appends_in_progress(self) -> bool:
+        return self._appends_in_progress > 0
+
+    def close(self) -> None:
+        """Refuse new records; queued batches become ready so they drain."""
+        with self._lock:
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def abort_undrained_batches(self, error: BaseException) -> List[ProducerBatch]:
+        """Fail every batch still queued (not in flight) with ``error``; returns them."""
+        aborted: List[ProducerBatch] = []
+        with self._lock:
+            for dq in self._batches.values():
+                while dq:
+                    b = dq.popleft()
+                    b.close_for_appends()
+                    aborted.append(b)
+        for b in aborted:
+            b.done(-1, -1, error)
+            self.deallocate(b)
+        return aborted
+
+    def abort_incomplete_batches(self, error: BaseException) -> None:
+        """Fail everything not yet acknowledged (used when the producer is force-closed)."""
+        self.abort_undrained_batches(error)
+        for b in self.incomplete_batches():
+            b.close_for_appends()
+            b.done(-1, -1, error)
+            self.deallocate(b)
+
+
+def _wait_done(batch: ProducerBatch, deadline: Optional[float]) -> bool:
+    """Wait for a batch, and for the parts it was split into, until ``deadline`` (time.monotonic)."""
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not batch.wait(remaining):
+        return False
+    if batch.split_into is not None:
+        parts = {id(p): p for p, _delta in batch.split_into}
+        return all(_wait_done(p, deadline) for p in parts.values())
+    return True

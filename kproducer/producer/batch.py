@@ -1,0 +1,184 @@
+"""ProducerBatch: the records bound for one partition, sent and acknowledged together."""
+from __future__ import annotations
+
+import threading
+from typing import List, Optional, Sequence, Tuple
+
+from ..protocol.records import RecordBatchBuilder
+from .future import Callback, FutureRecordMetadata
+
+Header = Tuple[str, Optional[bytes]]
+Thunk = Tuple[Callback, FutureRecordMetadata]
+
+
+class ProducerBatch:
+    """Records for one topic-partition, their callbacks, and the batch's delivery bookkeeping."""
+
+    __slots__ = (
+        "topic", "partition", "tp", "builder", "created_ms", "last_attempt_ms", "last_append_ms",
+        "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
+        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done",
+        "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built",
+        "split_into", "reopened",
+    )
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
+                 reserved_bytes: int = 0) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.tp = (topic, partition)
+        self.builder = builder
+        self.created_ms = created_ms
+        self.last_attempt_ms = created_ms
+        self.last_append_ms = created_ms
+        self.drained_ms = 0.0
+        self.attempts = 0
+        self.retry_backoff_ms = 0.0
+        self.closed = False  # no more appends
+        self.in_flight = False
+        self.reserved_bytes = reserved_bytes
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: Optional[BaseException] = None
+        self.thunks: Optional[List[Thunk]] = []
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._done = False
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.is_transactional = False
+        self._built: Optional[bytes] = None
+        self.split_into: Optional[List[Tuple["ProducerBatch", int]]] = None
+        self.reopened = False
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def try_append(self, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+                   headers: Optional[Sequence[Header]], callback: Optional[Callback],
+                   now_ms: float) -> Optional[FutureRecordMetadata]:
+        """Append a record; None when the batch has no room (the caller starts a new batch)."""
+        delta = self.builder.try_append(timestamp, key, value, headers)
+        if delta < 0:
+            return None
+        fut = FutureRecordMetadata(self, delta, timestamp, -1 if key is None else len(key),
+                                   -1 if value is None else len(value))
+        if callback is not None:
+            self.thunks.append((callback, fut))  # type: ignore[union-attr]
+        self.last_append_ms = now_ms
+        return fut
+
+    @property
+    def record_count(self) -> int:
+        return self.builder.record_count
+
+    def is_full(self) -> bool:
+        return self.closed or self.builder.estimated_size() >= self.builder.capacity
+
+    def estimated_size(self) -> int:
+        built = self._built
+        return len(built) if built is not None else self.builder.estimated_size()
+
+    def close_for_appends(self) -> None:
+        self.closed = True
+
+    # -- producer state (idempotence) --------------------------------------------------------
+
+    def has_sequence(self) -> bool:
+        return self.base_sequence >= 0
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                           is_transactional: bool) -> None:
+        if (producer_id, producer_epoch, base_sequence, is_transactional) != (
+                self.producer_id, self.producer_epoch, self.base_sequence, self.is_transactional):
+            self.producer_id = producer_id
+            self.producer_epoch = producer_epoch
+            self.base_sequence = base_sequence
+            self.is_transactional = is_transactional
+            self._built = None
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.record_count - 1) & 0x7FFFFFFF
+
+    def records(self) -> bytes:
+        """The batch as it goes on the wire (built once per producer state)."""
+        built = self._built
+        if built is None:
+            built = self._built = self.builder.build(self.producer_id, self.producer_epoch, self.base_sequence,
+                                                     self.is_transactional)
+        return built
+
+    # -- retries and expiry ------------------------------------------------------------------
+
+    def reenqueued(self, now_ms: float, backoff_ms: float) -> None:
+        self.attempts += 1
+        self.last_attempt_ms = now_ms
+        self.last_append_ms = now_ms
+        self.retry_backoff_ms = backoff_ms
+        self.in_flight = False
+
+    def in_retry(self) -> bool:
+        return self.attempts > 0
+
+    def is_backing_off(self, now_ms: float) -> bool:
+        return self.attempts > 0 and now_ms - self.last_attempt_ms < self.retry_backoff_ms
+
+    def has_reached_delivery_timeout(self, delivery_timeout_ms: float, now_ms: float) -> bool:
+        return now_ms - self.created_ms >= delivery_timeout_ms
+
+    def delivery_deadline(self, delivery_timeout_ms: float) -> float:
+        return self.created_ms + delivery_timeout_ms
+
+    # -- completion --------------------------------------------------------------------------
+
+    def is_done(self) -> bool:
+        return self._done
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        return self._event.wait(timeout)
+
+    def add_thunk(self, callback: Callback, fut: FutureRecordMetadata) -> bool:
+        """Register a callback; False when the batch is already done (the caller fires it)."""
+        with self._lock:
+            if self.thunks is None:
+                return False
+            self.thunks.append((callback, fut))
+            return True
+
+    def done(self, base_offset: int, log_append_time: int, error: Optional[BaseException]) -> bool:
+        """Complete every record: with offsets, or with ``error``. Only the first call counts
+        (a response that arrives after the batch expired is ignored); returns whether it did."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            self.base_offset = base_offset
+            self.log_append_time = log_append_time
+            self.error = error
+            thunks, self.thunks = self.thunks, None
+        if thunks:
+            for callback, fut in thunks:
+                fut.fire(callback, self)
+        self._event.set()
+        return True
+
+    def hand_over(self, parts: List[Tuple["ProducerBatch", int]]) -> None:
+        """After a split: record i now lives at ``parts[i]`` = (new batch, its delta there). The
+        callbacks move with the records; futures follow ``split_into``."""
+        with self._lock:
+            thunks, self.thunks = self.thunks, None
+            self.split_into = parts
+            self._done = True
+        for callback, fut in thunks or ():
+            new_batch, _delta = parts[fut._delta]
+            fut._resolve()
+            if not new_batch.add_thunk(callback, fut):
+                fut.fire(callback, new_batch)
+        self._event.set()
+
+    def __repr__(self) -> str:
+        return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
+                f"attempts={self.attempts} seq={self.base_sequence} done={self._done}>")

@@ -1,0 +1,119 @@
+"""RecordMetadata and the light per-record future that resolves through its batch."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+
+from ..errors import KafkaError, KafkaTimeoutError
+
+if TYPE_CHECKING:
+    from .batch import ProducerBatch
+
+log = logging.getLogger(__name__)
+
+
+class RecordMetadata(NamedTuple):
+    """Where a record was stored. ``offset`` is -1 when acks=0 (the broker does not say)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    serialized_key_size: int
+    serialized_value_size: int
+
+
+Callback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
+
+
+class FutureRecordMetadata:
+    """The result of one ``send()``. Cheap: it holds its batch and its position in it; waiting and
+    completion go through the batch, so there is no lock or event per record."""
+
+    __slots__ = ("_batch", "_delta", "timestamp", "key_size", "value_size")
+
+    def __init__(self, batch: "ProducerBatch", delta: int, timestamp: int, key_size: int, value_size: int) -> None:
+        self._batch = batch
+        self._delta = delta
+        self.timestamp = timestamp
+        self.key_size = key_size
+        self.value_size = value_size
+
+    def _resolve(self) -> "ProducerBatch":
+        # a batch split after MESSAGE_TOO_LARGE hands its records over to smaller batches
+        batch = self._batch
+        while batch.split_into is not None:
+            batch, self._delta = batch.split_into[self._delta]
+            self._batch = batch
+        return batch
+
+    def done(self) -> bool:
+        return self._resolve().is_done()
+
+    def get(self, timeout: Optional[float] = None) -> RecordMetadata:
+        """Block until the record is acknowledged; raise its error. ``timeout`` in seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            batch = self._resolve()
+            if batch.is_done():
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0 or not batch.wait(remaining):
+                if self._resolve().is_done():
+                    continue
+                raise KafkaTimeoutError(f"record not acknowledged within {timeout} s (future.get timeout)")
+        err = batch.error
+        if err is not None:
+            raise err
+        return self._metadata(batch)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """Wait like :meth:`get` and return the error (None on success)."""
+        try:
+            self.get(timeout)
+        except KafkaTimeoutError as e:
+            batch = self._resolve()
+            if not batch.is_done():
+                raise
+            return e
+        except BaseException as e:  # noqa: B902 - the record's own error is the answer
+            return e
+        return None
+
+    def succeeded(self) -> bool:
+        b = self._resolve()
+        return b.is_done() and b.error is None
+
+    def failed(self) -> bool:
+        b = self._resolve()
+        return b.is_done() and b.error is not None
+
+    def _metadata(self, batch: "ProducerBatch") -> RecordMetadata:
+        offset = batch.base_offset + self._delta if batch.base_offset >= 0 else -1
+        ts = batch.log_append_time if batch.log_append_time >= 0 else self.timestamp
+        return RecordMetadata(batch.topic, batch.partition, offset, ts, self.key_size, self.value_size)
+
+    def add_callback(self, callback: Callback) -> None:
+        """Call ``callback(metadata, exception)`` when done (right away if it already is)."""
+        batch = self._resolve()
+        if not batch.add_thunk(callback, self):
+            self.fire(callback, self._resolve())
+
+    def fire(self, callback: Callback, batch: "ProducerBatch") -> None:
+        err = batch.error
+        try:
+            if err is None:
+                callback(self._metadata(batch), None)
+            else:
+                callback(None, err)
+        except Exception:
+            log.exception("a producer callback raised; the producer carries on")
+
+    def __repr__(self) -> str:
+        b = self._batch
+        state = "pending" if not b.is_done() else ("failed" if b.error else "done")
+        return f"<FutureRecordMetadata {b.topic}-{b.partition} delta={self._delta} {state}>"
+
+
+__all__ = ["Callback", "FutureRecordMetadata", "KafkaError", "RecordMetadata"]

@@ -1,0 +1,362 @@
+"""The public Producer: send(), flush(), close(), partitions_for(), metrics(), transactions."""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .. import __version__
+from ..clock import SYSTEM_CLOCK, Clock
+from ..config import ProducerConfig
+from ..errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    MessageTooLargeError,
+    ProducerClosedError,
+    SerializationError,
+    TransactionError,
+)
+from ..network.client import NetworkClient
+from ..network.metadata import Metadata, PartitionInfo
+from ..network.selector import Selector
+from ..protocol.records import RecordBatchBuilder
+from .accumulator import RecordAccumulator
+from .buffer_pool import BufferPool
+from .future import Callback, FutureRecordMetadata
+from .partitioner import StickyPartitioner, murmur2
+from . import transactions
+from .sender import Sender
+from .transaction_manager import TransactionManager
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+HeaderInput = Union[Sequence[Tuple[str, Optional[bytes]]], Mapping[str, Optional[bytes]]]
+_BYTES = (bytes, bytearray, memoryview)
+_TOPIC_TOUCH_MS = 1000.0
+
+
+def _bytes_or_none(what: str, obj: Any, serializer: Any) -> Optional[bytes]:
+    if serializer is not None:
+        try:
+            obj = serializer(obj)
+        except Exception as e:
+            raise SerializationError(f"the {what}_serializer failed on {obj!r}: {e}") from e
+        if obj is None or isinstance(obj, _BYTES):
+            return bytes(obj) if isinstance(obj, memoryview) else obj  # type: ignore[return-value]
+        raise SerializationError(f"the {what}_serializer returned {type(obj).__name__}, not bytes")
+    if obj is None or isinstance(obj, bytes):
+        return obj
+    if isinstance(obj, (bytearray, memoryview)):
+        return bytes(obj)
+    hint = ""
+    if isinstance(obj, str):
+        hint = (f"; encode it (e.g. {what}={what}.encode()) or set {what}_serializer=str.encode when creating "
+                "the Producer")
+    raise TypeError(f"{what} must be bytes or None, got {type(obj).__name__}{hint}")
+
+
+def _check_headers(headers: Any) -> List[Tuple[str, Optional[bytes]]]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    try:
+        for k, v in items:
+            if not isinstance(k, str):
+                raise TypeError(f"header keys must be str, got {type(k).__name__} ({k!r})")
+            if v is not None and not isinstance(v, bytes):
+                if isinstance(v, (bytearray, memoryview)):
+                    v = bytes(v)
+                else:
+                    raise TypeError(f"header {k!r}: value must be bytes or None, got {type(v).__name__}")
+            out.append((k, v))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, TypeError) and str(e).startswith("header"):
+            raise
+        raise TypeError(f"headers must be a list of (str, bytes) pairs or a dict: {e}") from None
+    return out
+
+
+class Producer:
+    """A thread-safe Kafka producer. Settings use Java's names (``{"linger.ms": 5}``) or Python aliases
+    (``linger_ms=5``); see :mod:`kproducer.config` for the full list and defaults."""
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, *, clock: Optional[Clock] = None,
+                 **settings: Any) -> None:
+        cfg = self.config = ProducerConfig(config, **settings)
+        self._clock = clock or SYSTEM_CLOCK
+        self.client_id = cfg.client_id or f"kproducer-{next(_ids)}"
+        clk = self._clock
+        self._metadata = Metadata(cfg.bootstrap_servers, cfg.metadata_max_age_ms, cfg.retry_backoff_ms,
+                                  cfg.metadata_max_idle_ms, clk)
+        self._txn: Optional[TransactionManager] = None
+        if cfg.enable_idempotence:
+            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms, clk)
+        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clk)
+        self._accumulator = RecordAccumulator(
+            cfg.batch_size, cfg.linger_ms, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms,
+            cfg.delivery_timeout_ms, self._pool, cfg.compression_type, cfg.compression_level, clk, self._txn,
+        )
+        selector = Selector(max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes,
+                            cfg.receive_buffer_bytes)
+        self._client = NetworkClient(
+            self._metadata, selector, client_id=self.client_id,
+            max_in_flight=cfg.max_in_flight_requests_per_connection, request_timeout_ms=cfg.request_timeout_ms,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms, reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            allow_auto_topic_creation=cfg.allow_auto_create_topics, software_version=__version__, clock=clk,
+        )
+        self._sender = Sender(
+            self._client, self._metadata, self._accumulator, acks=cfg.acks, retries=cfg.retries,
+            max_request_size=cfg.max_request_size, request_timeout_ms=cfg.request_timeout_ms,
+            guarantee_message_order=cfg.max_in_flight_requests_per_connection == 1,
+            transaction_manager=self._txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clk,
+            name=f"kproducer-network-thread | {self.client_id}",
+        )
+        self._sticky = StickyPartitioner(cfg.batch_size)
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        self._partitioner = cfg.partitioner
+        self._max_request_size = min(cfg.max_request_size, cfg.buffer_memory)
+        self._max_block_ms = cfg.max_block_ms
+        self._topic_touched: Dict[str, float] = {}
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._sender.start()
+        log.info("kproducer %s started (client.id=%s, bootstrap=%s, acks=%s, idempotence=%s)", __version__,
+                 self.client_id, ",".join(f"{h}:{p}" for h, p in cfg.bootstrap_servers), cfg.acks,
+                 cfg.enable_idempotence)
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def send(self, topic: str, value: Any = None, key: Any = None, headers: Optional[HeaderInput] = None,
+             partition: Optional[int] = None, timestamp_ms: Optional[int] = None,
+             callback: Optional[Callback] = None) -> FutureRecordMetadata:
+        """Queue one record; returns its future. ``callback(metadata, exception)`` runs on the producer's
+        network thread once the record is acknowledged or has failed (exactly one argument is None).
+
+        Blocks at most max.block.ms for metadata or buffer memory. Raises TypeError for a str/obj key or
+        value without a serializer, MessageTooLargeError for a record over max.request.size,
+        ProducerClosedError after close()."""
+        if self._closed:
+            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+        if self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        key_b = key if (type(key) is bytes and self._key_serializer is None) else \
+            _bytes_or_none("key", key, self._key_serializer)
+        value_b = value if (type(value) is bytes and self._value_serializer is None) else \
+            _bytes_or_none("value", value, self._value_serializer)
+        hdrs = _check_headers(headers) if headers else None
+        clock = self._clock
+        if timestamp_ms is None:
+            timestamp = clock.wall_ms()
+        else:
+            if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            timestamp = timestamp_ms
+        start = clock.monotonic_ms()
+        cluster = self._metadata.cluster
+        num_partitions = cluster.partition_counts.get(topic)
+        if num_partitions is None or (partition is not None and partition >= num_partitions):
+            num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
+            cluster = self._metadata.cluster
+            now = clock.monotonic_ms()
+        else:
+            now = start
+            if now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
+                self._topic_touched[topic] = now
+                self._metadata.add_topic(topic)
+        sticky = False
+        if partition is not None:
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < num_partitions:
+                raise ValueError(f"partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}")
+            part = partition
+        elif self._partitioner is not None:
+            part = self._partitioner(topic, key_b, value_b, num_partitions)
+            if not isinstance(part, int) or not 0 <= part < num_partitions:
+                raise ValueError(f"the partitioner returned {part!r}, not a partition of {topic!r} "
+                                 f"(0..{num_partitions - 1})")
+        elif key_b is not None and not self.config.partitioner_ignore_keys:
+            part = (murmur2(key_b) & 0x7FFFFFFF) % num_partitions
+        else:
+            part = self._sticky.partition(topic, cluster.available.get(topic, ()), num_partitions)
+            sticky = True
+        size = RecordBatchBuilder.estimate_record_size(key_b, value_b, hdrs)
+        if size > self._max_request_size:
+            raise MessageTooLargeError(
+                f"The record is {size} bytes when serialized, which is larger than "
+                f"{'max.request.size' if self.config.max_request_size <= self.config.buffer_memory else 'buffer.memory'}"
+                f" ({self._max_request_size}); raise that setting or send a smaller record")
+        if self._txn is not None and self._txn.is_transactional:
+            self._txn.check_can_send((topic, part))
+        remaining = self._max_block_ms - (now - start)
+        result = self._accumulator.append(topic, part, timestamp, key_b, value_b, hdrs, callback, remaining, now)
+        if sticky:
+            self._sticky.record_appended(topic, size, cluster.available.get(topic, ()), num_partitions)
+        if result.batch_is_full or result.new_batch_created:
+            self._sender.wakeup()
+        return result.future
+
+    def _wait_on_metadata(self, topic: str, partition: Optional[int], max_wait_ms: float) -> int:
+        """Block until the topic's partitions are known; return their count."""
+        md = self._metadata
+        md.add_topic(topic)
+        clock = self._clock
+        deadline = clock.monotonic_ms() + max_wait_ms
+        while True:
+            cluster = md.cluster
+            count = cluster.partition_counts.get(topic)
+            if count is not None and (partition is None or partition < count):
+                return count
+            exc = md.topic_exception(topic)
+            if exc is not None:
+                raise exc
+            if self._closed:
+                raise ProducerClosedError("the producer was closed while waiting for metadata")
+            if self._sender.fatal_error is not None:
+                raise self._sender.fatal_error
+            remaining = deadline - clock.monotonic_ms()
+            if remaining <= 0:
+                if count is not None:
+                    raise KafkaTimeoutError(
+                        f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
+                        f"in metadata after {max_wait_ms:.0f} ms (max.block.ms)")
+                raise KafkaTimeoutError(
+                    f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): it may "
+                    "not exist (and auto-creation is off), or no broker is reachable")
+            version = md.request_update_for_topic(topic)
+            self._sender.wakeup()
+            md.await_update(version, remaining)
+
+    # -- flush / close ---------------------------------------------------------------------------
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Send everything queued now and wait until it is acknowledged or failed. ``timeout`` in seconds;
+        KafkaTimeoutError when it passes first."""
+        if threading.current_thread() is self._sender:
+            raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
+        acc = self._accumulator
+        acc.begin_flush()
+        try:
+            self._sender.wakeup()
+            if not acc.await_flush_completion(timeout):
+                raise KafkaTimeoutError(f"flush() timed out after {timeout} s with records still unacknowledged")
+        finally:
+            acc.end_flush()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Send what is queued (waiting up to ``timeout`` seconds, forever when None), then stop. Records
+        still unsent after the timeout fail with ProducerClosedError."""
+        with self._close_lock:
+            if self._closed and not self._sender.is_alive():
+                return
+            self._closed = True
+        if threading.current_thread() is self._sender:
+            log.warning("close() called from a producer callback: closing without waiting")
+            self._sender.force_stop()
+            return
+        self._sender.initiate_close()
+        if timeout is None or timeout > 0:
+            self._sender.join(timeout)
+        if self._sender.is_alive():
+            log.warning("close(timeout=%s) expired with records pending: failing them", timeout)
+            self._sender.force_stop()
+            self._sender.join(30)
+        self._metadata.close()
+        self._pool.close()
+        log.info("kproducer %s closed", self.client_id)
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten producer must not keep a thread alive forever
+        try:
+            if not self._closed:
+                self._sender.force_stop()
+        except Exception:
+            pass
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _block_s(self, timeout: Optional[float]) -> float:
+        return self._max_block_ms / 1000.0 if timeout is None else timeout
+
+    def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """Register the transactional.id with its coordinator (fencing older producers with the same id)
+        and get a producer id. Call once, before the first transaction; waits up to max.block.ms."""
+        self._check_open()
+        result = transactions.init_transactions(self._txn)
+        self._sender.wakeup()
+        result.wait(self._block_s(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent until commit/abort belong to it."""
+        self._check_open()
+        transactions.begin_transaction(self._txn)
+
+    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], int], group_id: str,
+                                    timeout: Optional[float] = None, generation_id: int = -1,
+                                    member_id: str = "", group_instance_id: Optional[str] = None) -> None:
+        """Commit consumer offsets (``{(topic, partition): next offset to read}``) for ``group_id`` as part
+        of the transaction (consume-transform-produce)."""
+        self._check_open()
+        result = transactions.send_offsets_to_transaction(self._txn, offsets, group_id, generation_id, member_id,
+                                                          group_instance_id)
+        self._sender.wakeup()
+        result.wait(self._block_s(timeout))
+
+    def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Flush the transaction's records and commit it. Raises TransactionError when a record failed
+        (then call abort_transaction())."""
+        self._check_open()
+        result = transactions.begin_commit(self._txn)
+        self._sender.wakeup()
+        result.wait(self._block_s(timeout))
+
+    def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        """Abort the transaction: unsent records fail with TransactionAbortedError; what was written is
+        marked aborted for read_committed consumers."""
+        self._check_open()
+        txn = self._txn
+        if txn is None or not txn.is_transactional:
+            raise TransactionError("abort_transaction() needs a transactional_id")
+        result = transactions.begin_abort(txn, self._accumulator)
+        self._sender.wakeup()
+        result.wait(self._block_s(timeout))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProducerClosedError("the producer is closed")
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[PartitionInfo]:
+        """The topic's partitions (waiting up to max.block.ms, or ``timeout`` seconds, for metadata)."""
+        wait_ms = self._max_block_ms if timeout is None else timeout * 1000.0
+        self._wait_on_metadata(topic, None, wait_ms)
+        return list(self._metadata.cluster.partitions.get(topic, ()))
+
+    def metrics(self) -> Dict[str, Union[int, float]]:
+        out: Dict[str, Union[int, float]] = dict(self._sender.metrics.snapshot())
+        out["buffer-total-bytes"] = self._pool.total_memory
+        out["buffer-available-bytes"] = self._pool.available_memory()
+        out["bufferpool-wait-time-ms-total"] = self._pool.wait_time_ms_total
+        out["waiting-threads"] = self._pool.queued()
+        out["queued-batches"] = self._accumulator.queued_batches()
+        out["requests-in-flight"] = self._client.in_flight_count()
+        return out
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
+
+    def __repr__(self) -> str:
+        return f"<Producer {self.client_id} {self.bootstrap_servers}{' closed' if self._closed else ''}>"
+
+
+__all__ = ["Producer", "HeaderInput", "Iterable"]

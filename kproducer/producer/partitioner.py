@@ -1,0 +1,83 @@
+"""Partitioners: Java-compatible murmur2 for keyed records, uniform sticky (KIP-794) for keyless ones."""
+from __future__ import annotations
+
+import random
+import struct
+from typing import Dict, List, Optional, Sequence, Tuple
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash of ``data`` as a signed 32-bit integer (same value as Java's Utils.murmur2)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length >> 2
+    if n4:
+        for k in struct.unpack_from("<%dI" % n4, data):
+            k = (k * _M) & _MASK
+            k ^= k >> 24
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h ^= data[base]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    return n & 0x7FFFFFFF
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition Java's default partitioner picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class StickyPartitioner:
+    """Keyless records stick to one partition until about ``batch_size`` bytes went to it, then move to
+    another partition chosen at random among those with a leader (uniform sticky, KIP-794)."""
+
+    def __init__(self, batch_size: int, rng: Optional[random.Random] = None) -> None:
+        self.batch_size = max(1, batch_size)
+        self._rng = rng or random.Random()
+        self._state: Dict[str, List[int]] = {}  # topic -> [partition, bytes produced to it]
+
+    def partition(self, topic: str, available: Sequence[int], num_partitions: int) -> int:
+        st = self._state.get(topic)
+        if st is None or st[0] >= num_partitions:
+            st = self._state[topic] = [self._next(available, num_partitions, -1), 0]
+        return st[0]
+
+    def record_appended(self, topic: str, size: int, available: Sequence[int], num_partitions: int) -> None:
+        """Account ``size`` bytes to the sticky partition and switch once a batch's worth went there."""
+        st = self._state.get(topic)
+        if st is None:
+            return
+        st[1] += size
+        if st[1] >= self.batch_size:
+            st[0] = self._next(available, num_partitions, st[0])
+            st[1] = 0
+
+    def _next(self, available: Sequence[int], num_partitions: int, previous: int) -> int:
+        choices: Sequence[int] = available if available else range(num_partitions)
+        if len(choices) == 1:
+            return choices[0]
+        while True:
+            p = choices[self._rng.randrange(len(choices))]
+            if p != previous:
+                return p
+
+
+__all__: Tuple[str, ...] = ("murmur2", "partition_for_key", "StickyPartitioner", "to_positive")

@@ -1,0 +1,380 @@
+"""The sender thread: metadata -> ready -> drain -> expire -> send -> poll -> complete or retry."""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    error_for_code,
+)
+from ..network.client import ClientRequest, ClientResponse, NetworkClient
+from ..network.metadata import Metadata
+from ..protocol import messages as m
+from .accumulator import RecordAccumulator
+from .batch import ProducerBatch
+from .metrics import SenderMetrics
+from .transaction_manager import TransactionManager
+
+log = logging.getLogger(__name__)
+
+TopicPartition = Tuple[str, int]
+
+NONE = 0
+MESSAGE_TOO_LARGE = 10
+DUPLICATE_SEQUENCE_NUMBER = 46
+# errors after which the partition's leader may have moved: refresh metadata
+_METADATA_ERRORS = frozenset({3, 5, 6, 13, 56, 74, 76})
+
+
+class Sender(threading.Thread):
+    """Moves batches from the accumulator to the brokers and completes them."""
+
+    def __init__(
+        self,
+        client: NetworkClient,
+        metadata: Metadata,
+        accumulator: RecordAccumulator,
+        *,
+        acks: int,
+        retries: int,
+        max_request_size: int,
+        request_timeout_ms: float,
+        guarantee_message_order: bool = False,
+        transaction_manager: Optional[TransactionManager] = None,
+        metrics: Optional[SenderMetrics] = None,
+        retry_backoff_ms: float = 100,
+        clock: Clock = SYSTEM_CLOCK,
+        name: str = "kproducer-network-thread",
+    ) -> None:
+        super().__init__(name=name, daemon=True)
+        self.client = client
+        self.metadata = metadata
+        self.accumulator = accumulator
+        self.acks = acks
+        self.retries = retries
+        self.max_request_size = max_request_size
+        self.request_timeout_ms = request_timeout_ms
+        self.guarantee_message_order = guarantee_message_order
+        self.txn = transaction_manager
+        self.metrics = metrics or SenderMetrics()
+        self.retry_backoff_ms = retry_backoff_ms
+        self.clock = clock
+        self.running = True
+        self.force_close = False
+        self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
+        self.fatal_error: Optional[BaseException] = None
+
+    # -- thread ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        log.debug("sender thread started")
+        try:
+            while self.running:
+                self._run_once_safely()
+            # stopped accepting records: finish what is queued, in flight, or owed to the coordinator
+            while not self.force_close and (
+                self.accumulator.has_undrained() or self.client.has_in_flight() or self._txn_pending()
+            ):
+                self._run_once_safely()
+            if not self.force_close and self.txn is not None and self.txn.has_ongoing_transaction() \
+                    and not self.txn.has_fatal_error():
+                from .transactions import begin_abort
+                begin_abort(self.txn, self.accumulator)
+                while not self.force_close and (self._txn_pending() or self.client.has_in_flight()):
+                    self._run_once_safely()
+            if self.force_close:
+                self.accumulator.abort_incomplete_batches(
+                    ProducerClosedError("the producer was closed forcefully before these records were sent")
+                )
+        finally:
+            self.client.close()
+            log.debug("sender thread stopped")
+
+    def _txn_pending(self) -> bool:
+        return self.txn is not None and self.txn.is_transactional and self.txn.has_pending_requests() \
+            and not self.txn.has_fatal_error()
+
+    def _run_once_safely(self) -> None:
+        try:
+            self.run_once()
+        except Exception:
+            log.exception("unexpected error in the kproducer sender thread; it carries on")
+            # avoid a hot loop on a persistent bug
+            self.clock.wait(threading.Condition(), 10)
+
+    def initiate_close(self) -> None:
+        """Stop accepting records and drain what is queued."""
+        self.accumulator.close()
+        self.running = False
+        self.wakeup()
+
+    def force_stop(self) -> None:
+        self.force_close = True
+        self.initiate_close()
+
+    def wakeup(self) -> None:
+        self.client.wakeup()
+
+    # -- one iteration ---------------------------------------------------------------------------
+
+    def run_once(self) -> None:
+        txn = self.txn
+        if txn is not None:
+            if self._maybe_handle_producer_id():
+                return
+        now = self.clock.monotonic_ms()
+        timeout = self.send_producer_data(now)
+        self.client.poll(timeout, now)
+
+    def _maybe_handle_producer_id(self) -> bool:
+        """Idempotence/transactions housekeeping before producing. True when this iteration was spent
+        on a producer-id or transactional request."""
+        txn = self.txn
+        assert txn is not None
+        if txn.reset_required:
+            queued = self.accumulator.queued_batches_list()
+            if txn.maybe_reset(not self._has_in_flight_produce(), queued):
+                log.info("idempotent producer id reset; %d queued batches will be re-sequenced", len(queued))
+        if txn.is_transactional:
+            from .transactions import maybe_send_and_poll_transactional_request
+            return maybe_send_and_poll_transactional_request(self, txn)
+        if txn.needs_producer_id():
+            return self._send_init_producer_id()
+        return False
+
+    def _has_in_flight_produce(self) -> bool:
+        return any(self._in_flight_batches.values())
+
+    def _send_init_producer_id(self) -> bool:
+        """Plain idempotent producer: ask any broker for a producer id."""
+        txn = self.txn
+        assert txn is not None
+        now = self.clock.monotonic_ms()
+        node = self.client.least_loaded_node(now)
+        if node is None or not self.client.ready(node, now):
+            self.client.poll(self.retry_backoff_ms if node is None else 50, now)
+            return True
+        if not self.client.supports(node, m.INIT_PRODUCER_ID):
+            self._fail_idempotence(KafkaError(
+                f"broker {node} does not support InitProducerId; set enable.idempotence=false"))
+            return True
+        txn.init_in_flight = True
+
+        def on_response(resp: ClientResponse) -> None:
+            txn.init_in_flight = False
+            if resp.body is None:
+                log.debug("InitProducerId to node %s failed (disconnected); retrying", node)
+                return
+            err = resp.body["error_code"]
+            if err:
+                exc = error_for_code(err)
+                if exc.retriable or err in (-1,):
+                    log.warning("InitProducerId failed with %s; retrying", exc)
+                    return
+                self._fail_idempotence(exc)
+                return
+            txn.set_producer_id(resp.body["producer_id"], resp.body["producer_epoch"])
+            self.wakeup()
+
+        body = {"transactional_id": None, "transaction_timeout_ms": 2147483647,
+                "producer_id": -1, "producer_epoch": -1}
+        self.client.send(ClientRequest(node, m.INIT_PRODUCER_ID, body, on_response, now, self.request_timeout_ms),
+                         now)
+        self.client.poll(self.request_timeout_ms, now)
+        return True
+
+    def _fail_idempotence(self, exc: BaseException) -> None:
+        log.error("cannot get a producer id: %s", exc)
+        self.fatal_error = exc
+        self.accumulator.abort_undrained_batches(exc)
+
+    def send_producer_data(self, now: float) -> float:
+        """Send every sendable batch; returns how long the next poll may wait."""
+        cluster = self.metadata.cluster
+        acc = self.accumulator
+        result = acc.ready(cluster, now)
+        for topic in result.unknown_leader_topics:
+            self.metadata.request_update_for_topic(topic)
+        not_ready_timeout = float("inf")
+        ready_nodes = set()
+        for node in result.ready_nodes:
+            if self.client.ready(node, now):
+                ready_nodes.add(node)
+            else:
+                not_ready_timeout = min(not_ready_timeout, self.client.poll_delay_ms(node, now))
+        batches = acc.drain(cluster, ready_nodes, self.max_request_size, now) if ready_nodes else {}
+        for node_batches in batches.values():
+            for b in node_batches:
+                self._in_flight_batches.setdefault(b.tp, []).append(b)
+                if self.guarantee_message_order:
+                    acc.mute(b.tp)
+        expired = acc.expired_batches(now)
+        expired_in_flight = self._expired_in_flight_batches(now)
+        for b in expired:
+            self._fail_batch(b, KafkaTimeoutError(
+                f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
+                f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
+                f"{acc.delivery_timeout_ms:.0f}); the batch was never sent"), False)
+        for b in expired_in_flight:
+            self._fail_batch(b, KafkaTimeoutError(
+                f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
+                f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
+                f"{acc.delivery_timeout_ms:.0f}) while the batch was in flight"), True)
+        timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
+                      self._in_flight_expiry(now))
+        if ready_nodes:
+            timeout = 0.0
+        for node, node_batches in batches.items():
+            self._send_produce_request(node, node_batches, now)
+        return max(0.0, timeout)
+
+    def _expired_in_flight_batches(self, now: float) -> List[ProducerBatch]:
+        timeout = self.accumulator.delivery_timeout_ms
+        expired = []
+        for tp, batches in self._in_flight_batches.items():
+            while batches and batches[0].has_reached_delivery_timeout(timeout, now):
+                b = batches.pop(0)
+                if not b.is_done():
+                    expired.append(b)
+        return expired
+
+    def _in_flight_expiry(self, now: float) -> float:
+        timeout = self.accumulator.delivery_timeout_ms
+        soonest = float("inf")
+        for batches in self._in_flight_batches.values():
+            if batches:
+                soonest = min(soonest, batches[0].delivery_deadline(timeout) - now)
+        return soonest
+
+    # -- produce requests ------------------------------------------------------------------------
+
+    def _send_produce_request(self, node: int, batches: List[ProducerBatch], now: float) -> None:
+        by_topic: Dict[str, List[Dict[str, Any]]] = {}
+        by_tp: Dict[TopicPartition, ProducerBatch] = {}
+        for b in batches:
+            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.records()})
+            by_tp[b.tp] = b
+        body = {
+            "transactional_id": self.txn.transactional_id if self.txn is not None else None,
+            "acks": self.acks,
+            "timeout_ms": int(self.request_timeout_ms),
+            "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()],
+        }
+        req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
+                            now, self.request_timeout_ms, expect_response=self.acks != 0)
+        self.client.send(req, now)
+        self.metrics.record_request(len(batches), sum(b.record_count for b in batches))
+
+    def _handle_produce_response(self, resp: ClientResponse, batches: Dict[TopicPartition, ProducerBatch]) -> None:
+        now = resp.received_ms
+        if resp.disconnected:
+            why = ("the request timed out (request.timeout.ms)" if resp.timed_out
+                   else "the connection to the broker was lost")
+            code = 7 if resp.timed_out else 13  # REQUEST_TIMED_OUT / NETWORK_EXCEPTION
+            for b in batches.values():
+                self._complete_batch(b, code, -1, -1, -1, f"{why} (node {resp.request.node_id})", now)
+            return
+        if resp.body is None:  # acks=0: done once written
+            for b in batches.values():
+                self._complete_batch(b, NONE, -1, -1, -1, None, now)
+            return
+        self.metrics.record_latency(resp.latency_ms)
+        seen = set()
+        for topic in resp.body["responses"]:
+            name = topic["name"]
+            for p in topic["partition_responses"]:
+                tp = (name, p["index"])
+                found = batches.get(tp)
+                if found is None:
+                    log.warning("produce response names %s-%s, which the request did not carry", *tp)
+                    continue
+                seen.add(tp)
+                b = found
+                msg = p.get("error_message")
+                if p.get("record_errors"):
+                    detail = "; ".join(f"record {e['batch_index']}: {e['batch_index_error_message']}"
+                                       for e in p["record_errors"])
+                    msg = f"{msg or ''} ({detail})".strip()
+                self._complete_batch(b, p["error_code"], p["base_offset"], p["log_append_time_ms"],
+                                     p["log_start_offset"], msg, now)
+        for tp, b in batches.items():
+            if tp not in seen:
+                self._complete_batch(b, 13, -1, -1, -1, "the broker's produce response left this partition out",
+                                     now)
+
+    def _complete_batch(self, batch: ProducerBatch, error: int, base_offset: int, log_append_time: int,
+                        log_start_offset: int, message: Optional[str], now: float) -> None:
+        if self.guarantee_message_order:
+            self.accumulator.unmute(batch.tp)
+        txn = self.txn
+        if error == MESSAGE_TOO_LARGE and batch.record_count > 1 and not batch.is_done():
+            # KIP-126: split and resend in smaller batches
+            log.warning("batch of %d records for %s-%s was too large for the broker; splitting it",
+                        batch.record_count, batch.topic, batch.partition)
+            self._remove_in_flight(batch)
+            parts_count = self.accumulator.split_and_reenqueue(batch, now)
+            if txn is not None:
+                parts = [p for p, _d in (batch.split_into or [])]
+                unique = list({id(p): p for p in parts}.values())
+                txn.add_split_batches(batch, unique)
+            self.metrics.splits += parts_count - 1
+            return
+        if error not in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+            exc = error_for_code(error, message)
+            if self._can_retry(batch, error, exc, log_start_offset, now):
+                log.warning("produce to %s-%s failed with %s; retrying (attempt %d)",
+                            batch.topic, batch.partition, exc.name, batch.attempts + 1)
+                self._remove_in_flight(batch)
+                self.accumulator.reenqueue(batch, now)
+                self.metrics.retries += 1
+            else:
+                if error in (45, 59) and txn is not None and not txn.is_transactional:
+                    exc = error_for_code(error, message)
+                self._fail_batch(batch, exc, error in (7, 13))
+            if error in _METADATA_ERRORS:
+                self.metadata.request_update()
+            return
+        if error == DUPLICATE_SEQUENCE_NUMBER:
+            # Apache Kafka acknowledges a duplicate with the original offset; some brokers answer 46
+            log.debug("duplicate sequence for %s-%s counted as success", batch.topic, batch.partition)
+        self._remove_in_flight(batch)
+        if txn is not None:
+            txn.handle_completed_batch(batch, base_offset)
+        if batch.done(base_offset, log_append_time, None):
+            self.metrics.record_success(batch.record_count, batch.estimated_size())
+        self.accumulator.deallocate(batch)
+
+    def _can_retry(self, batch: ProducerBatch, error: int, exc: KafkaError, log_start_offset: int,
+                   now: float) -> bool:
+        if batch.is_done() or batch.attempts >= self.retries:
+            return False
+        if batch.has_reached_delivery_timeout(self.accumulator.delivery_timeout_ms, now):
+            return False
+        if self.txn is not None and batch.has_sequence() and error in (45, 59):
+            return self.txn.can_retry(error, batch, log_start_offset)
+        return bool(exc.retriable)
+
+    def _remove_in_flight(self, batch: ProducerBatch) -> None:
+        lst = self._in_flight_batches.get(batch.tp)
+        if lst is not None:
+            try:
+                lst.remove(batch)
+            except ValueError:
+                pass
+
+    def _fail_batch(self, batch: ProducerBatch, exc: BaseException, sequence_unknown: bool) -> None:
+        """Complete every record of ``batch`` with ``exc`` and release it."""
+        self._remove_in_flight(batch)
+        if self.guarantee_message_order:
+            self.accumulator.unmute(batch.tp)
+        if self.txn is not None:
+            self.txn.handle_failed_batch(batch, exc, sequence_unknown or batch.in_flight)
+        if batch.done(-1, -1, exc):
+            self.metrics.record_error(batch.record_count)
+            log.debug("failed %d record(s) for %s-%s: %s", batch.record_count, batch.topic, batch.partition, exc)
+        self.accumulator.deallocate(batch)

@@ -1,0 +1,1 @@
+"""Sans-IO Kafka wire protocol: primitives, messages, record batches, compression. No sockets here."""

@@ -1,0 +1,142 @@
+"""Kafka request/response messages and the request/response headers around them.
+
+Each module defines one :class:`~kproducer.protocol.schema.Api`. This package keeps the registry by API
+key and frames whole requests and responses (header + body; the 4-byte size prefix is the network
+layer's job).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+from .. import primitives as p
+from ..errors import ProtocolError
+from ..schema import Api
+from .add_offsets_to_txn import ADD_OFFSETS_TO_TXN
+from .add_partitions_to_txn import ADD_PARTITIONS_TO_TXN
+from .api_versions import API_VERSIONS
+from .create_topics import CREATE_TOPICS
+from .end_txn import END_TXN
+from .fetch import FETCH
+from .find_coordinator import FIND_COORDINATOR
+from .init_producer_id import INIT_PRODUCER_ID
+from .list_offsets import LIST_OFFSETS
+from .metadata import METADATA
+from .offset_commit import OFFSET_COMMIT
+from .offset_fetch import OFFSET_FETCH
+from .produce import PRODUCE
+from .txn_offset_commit import TXN_OFFSET_COMMIT
+
+APIS: Dict[int, Api] = {}
+
+
+def register(api: Api) -> Api:
+    """Add an API to the registry (modules of optional APIs call this on import)."""
+    APIS[api.key] = api
+    return api
+
+
+for _api in (PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID):
+    register(_api)
+for _api in (
+    FETCH, LIST_OFFSETS, FIND_COORDINATOR, CREATE_TOPICS, ADD_PARTITIONS_TO_TXN,
+    ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT, OFFSET_COMMIT, OFFSET_FETCH,
+):
+    register(_api)
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: Optional[str]
+
+
+def encode_request(
+    api: Api, version: int, correlation_id: int, client_id: Optional[str], body: Dict[str, Any]
+) -> bytes:
+    """Header (v1, or v2 for flexible versions) followed by the body. No size prefix."""
+    out = bytearray()
+    p.write_int16(out, api.key)
+    p.write_int16(out, version)
+    p.write_int32(out, correlation_id)
+    p.write_nullable_string(out, client_id)  # the client id stays a non-compact string in header v2
+    if api.request_header_version(version) >= 2:
+        p.write_tagged_fields(out, [])
+    return bytes(out) + api.encode_request(version, body)
+
+
+def decode_request_header(data: bytes) -> Tuple[RequestHeader, Optional[Api], int]:
+    """Parse a request header. Returns the header, the API (None when the key is unknown to us) and the
+    position where the body starts (for an unknown API, just after the client id)."""
+    r = p.Reader(data)
+    try:
+        api_key = r.int16()
+        api_version = r.int16()
+        correlation_id = r.int32()
+        client_id = r.nullable_string()
+        api = APIS.get(api_key)
+        if api is not None and api.request_header_version(api_version) >= 2:
+            r.tagged_fields()
+    except ProtocolError as e:
+        raise ProtocolError(f"malformed request header: {e.message}") from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id), api, r.pos
+
+
+def encode_response(api: Api, version: int, correlation_id: int, body: Dict[str, Any]) -> bytes:
+    out = bytearray()
+    p.write_int32(out, correlation_id)
+    if api.response_header_version(version) >= 1:
+        p.write_tagged_fields(out, [])
+    return bytes(out) + api.encode_response(version, body)
+
+
+def decode_response_header(api: Api, version: int, data: bytes) -> Tuple[int, int]:
+    """Returns (correlation id, position of the body)."""
+    r = p.Reader(data)
+    try:
+        correlation_id = r.int32()
+        if api.response_header_version(version) >= 1:
+            r.tagged_fields()
+    except ProtocolError as e:
+        raise ProtocolError(f"malformed {api.name} response header: {e.message}") from None
+    return correlation_id, r.pos
+
+
+def decode_response(api: Api, version: int, data: bytes) -> Tuple[int, Dict[str, Any]]:
+    """Returns (correlation id, body)."""
+    correlation_id, pos = decode_response_header(api, version, data)
+    return correlation_id, api.decode_response(version, data, pos)
+
+
+def negotiate_version(api: Api, broker_min: int, broker_max: int) -> Optional[int]:
+    """Highest version both sides support, or None when the ranges do not overlap."""
+    hi = min(api.max_version, broker_max)
+    lo = max(api.min_version, broker_min)
+    return hi if hi >= lo else None
+
+
+__all__ = [
+    "ADD_OFFSETS_TO_TXN",
+    "ADD_PARTITIONS_TO_TXN",
+    "APIS",
+    "API_VERSIONS",
+    "CREATE_TOPICS",
+    "END_TXN",
+    "FETCH",
+    "FIND_COORDINATOR",
+    "LIST_OFFSETS",
+    "OFFSET_COMMIT",
+    "OFFSET_FETCH",
+    "TXN_OFFSET_COMMIT",
+    "INIT_PRODUCER_ID",
+    "METADATA",
+    "PRODUCE",
+    "RequestHeader",
+    "decode_request_header",
+    "decode_response",
+    "decode_response_header",
+    "encode_request",
+    "encode_response",
+    "negotiate_version",
+    "register",
+]

@@ -1,0 +1,40 @@
+"""TxnOffsetCommit (key 28): commit consumer offsets as part of a transaction (sent to the group
+coordinator; they become visible when the transaction commits)."""
+from __future__ import annotations
+
+from ..schema import Api, Field
+
+TXN_OFFSET_COMMIT = Api(
+    28,
+    "TxnOffsetCommit",
+    versions="0-3",
+    flexible="3+",
+    request=[
+        Field("transactional_id", "string"),
+        Field("group_id", "string"),
+        Field("producer_id", "int64", default=-1),
+        Field("producer_epoch", "int16", default=-1),
+        Field("generation_id", "int32", "3+", default=-1),
+        Field("member_id", "string", "3+"),
+        Field("group_instance_id", "string", "3+", nullable="3+"),
+        Field("topics", [
+            Field("name", "string"),
+            Field("partitions", [
+                Field("partition_index", "int32"),
+                Field("committed_offset", "int64"),
+                Field("committed_leader_epoch", "int32", "2+", default=-1),
+                Field("committed_metadata", "string", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        Field("throttle_time_ms", "int32"),
+        Field("topics", [
+            Field("name", "string"),
+            Field("partitions", [
+                Field("partition_index", "int32"),
+                Field("error_code", "int16"),
+            ]),
+        ]),
+    ],
+)

@@ -133,6 +133,71 @@ class RecordAccumulator:
             with self._lock:
                 self._appends_in_progress -= 1
 
+    def append_many(self, topic: str, partition: int, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
+                    values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],
+                    indices: Sequence[int], max_block_ms: float, now_ms: float,
+                    segments: List[Tuple[ProducerBatch, int, int, Sequence[int]]]) -> bool:
+        """Append the records at ``indices`` (positions in ``keys``/``values``/``headers``) to the partition,
+        in order, filling batches as :meth:`append` would. Appends ``(batch, first delta, count, indices)``
+        to ``segments`` for each batch used. Returns whether the sender should be woken (a new or full batch).
+        """
+        tp = (topic, partition)
+        pos = 0
+        total = len(indices)
+        wake = False
+        while pos < total:
+            with self._lock:
+                if self._closed:
+                    raise ProducerClosedError("send_batch() called after close()")
+                dq = self._batches.get(tp)
+                last = dq[-1] if dq else None
+                if last is not None and not last.closed:
+                    start = pos
+                    builder = last.builder
+                    append = builder.try_append
+                    first_delta = builder.record_count
+                    while pos < total:
+                        i = indices[pos]
+                        if append(timestamp, keys[i] if keys is not None else None, values[i],
+                                  headers[i] if headers is not None else None) < 0:
+                            last.close_for_appends()
+                            break
+                        pos += 1
+                    if pos > start:
+                        last.last_append_ms = now_ms
+                        segments.append((last, first_delta, pos - start, indices[start:pos]))
+                    if pos >= total:
+                        return wake or last.is_full() or len(dq) > 1  # type: ignore[arg-type]
+                    wake = True
+                self._appends_in_progress += 1
+            try:
+                i = indices[pos]
+                key = keys[i] if keys is not None else None
+                hdrs = headers[i] if headers is not None else None
+                size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, values[i], hdrs))
+                reserved = self.free.allocate(size, max_block_ms)
+                with self._lock:
+                    if self._closed:
+                        self.free.deallocate(reserved)
+                        raise ProducerClosedError("send_batch() called after close()")
+                    dq = self._batches.get(tp)
+                    if dq is None:
+                        dq = self._batches[tp] = deque()
+                    elif dq and not dq[-1].closed:
+                        # another thread opened a batch meanwhile: use it
+                        self.free.deallocate(reserved)
+                        continue
+                    builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
+                    batch = ProducerBatch(topic, partition, builder, now_ms, reserved)
+                    dq.append(batch)
+                    with self._incomplete_lock:
+                        self._incomplete.add(batch)
+                    wake = True
+            finally:
+                with self._lock:
+                    self._appends_in_progress -= 1
+        return wake
+
     # -- ready / drain (sender thread) -----------------------------------------------------------
 
     def ready(self, cluster: "Cluster", now_ms: float) -> ReadyCheckResult:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..errors import KafkaError, KafkaTimeoutError
+from ..errors import KafkaTimeoutError
 
 if TYPE_CHECKING:
     from .batch import ProducerBatch
@@ -116,4 +116,90 @@ class FutureRecordMetadata:
         return f"<FutureRecordMetadata {b.topic}-{b.partition} delta={self._delta} {state}>"
 
 
-__all__ = ["Callback", "FutureRecordMetadata", "KafkaError", "RecordMetadata"]
+
+
+Segment = Tuple["ProducerBatch", int, int, Sequence[int]]
+
+
+class BatchSendFuture:
+    """The result of one ``send_batch()``: waits on the few batches the records went into, not on
+    one future per record."""
+
+    __slots__ = ("topic", "count", "_segments", "_timestamp")
+
+    def __init__(self, topic: str, count: int, segments: List[Segment], timestamp: int) -> None:
+        self.topic = topic
+        self.count = count
+        self._segments = segments
+        self._timestamp = timestamp
+
+    def _batches(self) -> List["ProducerBatch"]:
+        out: Dict[int, "ProducerBatch"] = {}
+        for batch, _d, _n, _idx in self._segments:
+            stack = [batch]
+            while stack:
+                b = stack.pop()
+                if b.split_into is not None:
+                    stack.extend(p for p, _ in b.split_into)
+                else:
+                    out[id(b)] = b
+        return list(out.values())
+
+    def done(self) -> bool:
+        return all(b.is_done() for b in self._batches())
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Wait until every record is acknowledged or failed; raise the first error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for b in self._batches():
+            if not b.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                raise KafkaTimeoutError(f"send_batch records not acknowledged within {timeout} s")
+        err = self._first_error()
+        if err is not None:
+            raise err
+
+    def _first_error(self) -> Optional[BaseException]:
+        for b in self._batches():
+            if b.error is not None:
+                return b.error
+        return None
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The first error among the records (None when all succeeded), after waiting like :meth:`wait`."""
+        try:
+            self.wait(timeout)
+        except KafkaTimeoutError:
+            if not self.done():
+                raise
+        except BaseException:  # noqa: B902 - the records' own error is the answer
+            pass
+        return self._first_error()
+
+    def get(self, timeout: Optional[float] = None) -> List[RecordMetadata]:
+        """Wait, then return every record's metadata in input order (raises the first error)."""
+        self.wait(timeout)
+        out: List[Optional[RecordMetadata]] = [None] * self.count
+        for batch, first, n, idx in self._segments:
+            for j in range(n):
+                b, delta = batch, first + j
+                while b.split_into is not None:
+                    b, delta = b.split_into[delta]
+                offset = b.base_offset + delta if b.base_offset >= 0 else -1
+                ts = b.log_append_time if b.log_append_time >= 0 else self._timestamp
+                out[idx[j]] = RecordMetadata(b.topic, b.partition, offset, ts, -1, -1)
+        return out  # type: ignore[return-value]
+
+    def partition_offsets(self) -> Dict[Tuple[str, int], Tuple[int, int]]:
+        """``{(topic, partition): (first offset, last offset)}`` of the records (after :meth:`wait`)."""
+        ranges: Dict[Tuple[str, int], Tuple[int, int]] = {}
+        for md in self.get(0 if self.done() else None):
+            key = (md.topic, md.partition)
+            lo, hi = ranges.get(key, (md.offset, md.offset))
+            ranges[key] = (min(lo, md.offset), max(hi, md.offset))
+        return ranges
+
+    def __repr__(self) -> str:
+        return f"<BatchSendFuture {self.topic} records={self.count} {'done' if self.done() else 'pending'}>"
+
+
+__all__ = ["BatchSendFuture", "Callback", "FutureRecordMetadata", "RecordMetadata"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -23,7 +23,7 @@ from ..network.selector import Selector
 from ..protocol.records import RecordBatchBuilder
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
-from .future import Callback, FutureRecordMetadata
+from .future import BatchSendFuture, Callback, FutureRecordMetadata
 from .partitioner import StickyPartitioner, murmur2
 from . import transactions
 from .sender import Sender
@@ -199,6 +199,122 @@ class Producer:
             self._sender.wakeup()
         return result.future
 
+    def send_batch(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
+                   headers: Optional[Sequence[Optional[HeaderInput]]] = None,
+                   partition: Union[int, Sequence[int], None] = None,
+                   timestamp_ms: Optional[int] = None) -> BatchSendFuture:
+        """Queue many records for one topic in one call (the bulk path used by the Spark sink).
+
+        ``keys`` and ``headers``, when given, are sequences as long as ``values``. ``partition`` is one
+        partition for all records, a sequence with one partition per record, or None (keyed records go by
+        murmur2, keyless ones are spread over the partitions in batch-sized runs). Every record is checked
+        before any is queued: a bad one raises and nothing is sent. Returns a :class:`BatchSendFuture`.
+        """
+        if self._closed:
+            raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+        if self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        n = len(values)
+        vals = self._bulk_bytes("value", values, self._value_serializer)
+        ks = self._bulk_bytes("key", keys, self._key_serializer) if keys is not None else None
+        if ks is not None and len(ks) != n:
+            raise ValueError(f"keys has {len(ks)} items but values has {n}")
+        hs: Optional[List[Optional[List[Tuple[str, Optional[bytes]]]]]] = None
+        if headers is not None:
+            if len(headers) != n:
+                raise ValueError(f"headers has {len(headers)} items but values has {n}")
+            hs = [_check_headers(h) if h else None for h in headers]
+        if timestamp_ms is None:
+            timestamp = self._clock.wall_ms()
+        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be a non-negative int, got {timestamp_ms!r}")
+        else:
+            timestamp = timestamp_ms
+        clock = self._clock
+        start = clock.monotonic_ms()
+        if n == 0:
+            return BatchSendFuture(topic, 0, [], timestamp)
+        # the largest record must fit in a request
+        limit = self._max_request_size - RecordBatchBuilder.estimate_record_size(None, None, None)
+        biggest = max((len(v) for v in vals if v is not None), default=0) + \
+            (max((len(k) for k in ks if k is not None), default=0) if ks is not None else 0)
+        if biggest > limit:
+            for i in range(n):
+                size = RecordBatchBuilder.estimate_record_size(ks[i] if ks else None, vals[i], hs[i] if hs else None)
+                if size > self._max_request_size:
+                    raise MessageTooLargeError(
+                        f"record {i} is {size} bytes when serialized, larger than max.request.size "
+                        f"({self._max_request_size}); nothing from this send_batch() was queued")
+        num_partitions = self._metadata.cluster.partition_counts.get(topic)
+        if num_partitions is None:
+            num_partitions = self._wait_on_metadata(topic, None, self._max_block_ms)
+        else:
+            self._metadata.add_topic(topic)
+        groups = self._group_by_partition(topic, n, partition, ks, vals, num_partitions)
+        if self._txn is not None and self._txn.is_transactional:
+            for part in groups:
+                self._txn.check_can_send((topic, part))
+        segments: List[Any] = []
+        wake = False
+        acc = self._accumulator
+        for part, idxs in groups.items():
+            now = clock.monotonic_ms()
+            remaining = self._max_block_ms - (now - start)
+            if acc.append_many(topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segments):
+                wake = True
+        if wake:
+            self._sender.wakeup()
+        return BatchSendFuture(topic, n, segments, timestamp)
+
+    @staticmethod
+    def _bulk_bytes(what: str, items: Sequence[Any], serializer: Any) -> Sequence[Optional[bytes]]:
+        if serializer is not None:
+            return [_bytes_or_none(what, x, serializer) for x in items]
+        for x in items:
+            if x is not None and type(x) is not bytes:
+                # convert (bytearray/memoryview) or raise a helpful TypeError, keeping input positions
+                return [x if x is None or type(x) is bytes else _bytes_or_none(what, x, None) for x in items]
+        return items
+
+    def _group_by_partition(self, topic: str, n: int, partition: Union[int, Sequence[int], None],
+                            keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]],
+                            num_partitions: int) -> Mapping[int, Sequence[int]]:
+        if isinstance(partition, int) and not isinstance(partition, bool):
+            if not 0 <= partition < num_partitions:
+                raise ValueError(f"partition {partition} is not in the range [0..{num_partitions}) of {topic!r}")
+            return {partition: range(n)}
+        groups: Dict[int, List[int]] = {}
+        if partition is not None and not isinstance(partition, int):
+            if len(partition) != n:
+                raise ValueError(f"partition has {len(partition)} items but values has {n}")
+            for i, p in enumerate(partition):
+                if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < num_partitions:
+                    raise ValueError(f"record {i}: partition {p!r} is not in [0..{num_partitions}) of {topic!r}")
+                groups.setdefault(p, []).append(i)
+            return groups
+        if self._partitioner is not None:
+            for i in range(n):
+                p = self._partitioner(topic, keys[i] if keys is not None else None, values[i], num_partitions)
+                if not isinstance(p, int) or not 0 <= p < num_partitions:
+                    raise ValueError(f"the partitioner returned {p!r} for record {i}")
+                groups.setdefault(p, []).append(i)
+            return groups
+        use_keys = keys is not None and not self.config.partitioner_ignore_keys
+        available = self._metadata.cluster.available.get(topic, ())
+        sticky = self._sticky
+        for i in range(n):
+            k = keys[i] if use_keys else None  # type: ignore[index]
+            if k is not None:
+                p = (murmur2(k) & 0x7FFFFFFF) % num_partitions
+            else:
+                p = sticky.partition(topic, available, num_partitions)
+                v = values[i]
+                sticky.record_appended(topic, 20 + (len(v) if v is not None else 0), available, num_partitions)
+            groups.setdefault(p, []).append(i)
+        return groups
+
     def _wait_on_metadata(self, topic: str, partition: Optional[int], max_wait_ms: float) -> int:
         """Block until the topic's partitions are known; return their count."""
         md = self._metadata
@@ -359,4 +475,4 @@ class Producer:
         return f"<Producer {self.client_id} {self.bootstrap_servers}{' closed' if self._closed else ''}>"
 
 
-__all__ = ["Producer", "HeaderInput", "Iterable"]
+__all__ = ["HeaderInput", "Producer"]

@@ -115,6 +115,7 @@ class Selector:
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
+        self._wakeup_pending = False
         # results of the last poll()
         self.connected: List[NodeId] = []
         self.completed_sends: List[NodeId] = []
@@ -283,7 +284,11 @@ class Selector:
     # -- polling -------------------------------------------------------------------------------
 
     def wakeup(self) -> None:
-        """Interrupt a poll() blocked in another thread."""
+        """Interrupt a poll() blocked in another thread. Cheap when a wakeup is already pending: only the
+        first call writes to the wakeup socket until poll() consumes it."""
+        if self._wakeup_pending:
+            return
+        self._wakeup_pending = True
         try:
             self._wake_w.send(b"\x00")
         except OSError:
@@ -317,10 +322,11 @@ class Selector:
                 try:
                     while self._wake_r.recv(4096):
                         pass
-                except (BlockingIOError, InterruptedError):
-                    pass
                 except OSError:
                     pass
+                # cleared after draining: a wakeup racing with this poll is seen by the caller's next
+                # iteration, which starts after this poll returns
+                self._wakeup_pending = False
                 continue
             if ch.state == ChannelState.CLOSED:
                 continue

@@ -81,7 +81,8 @@ class RecordAccumulator:
                headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
                now_ms: float) -> AppendResult:
         """Add a record to the partition's last open batch, or to a new batch (which may block up to
-        ``max_block_ms`` for memory)."""
+        ``max_block_ms`` for memory). ``batch_is_full``/``new_batch_created`` tell the caller to wake the
+        sender."""
         tp = (topic, partition)
         with self._lock:
             if self._closed:
@@ -90,48 +91,55 @@ class RecordAccumulator:
             if dq:
                 last = dq[-1]
                 if not last.closed:
-                    fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
-                    if fut is not None:
-                        return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
+                    # hot path: ProducerBatch.try_append, inlined
+                    delta = last.builder.try_append(timestamp, key, value, headers)
+                    if delta >= 0:
+                        fut = FutureRecordMetadata(last, delta, timestamp, -1 if key is None else len(key),
+                                                   -1 if value is None else len(value))
+                        if callback is not None:
+                            last.thunks.append((callback, fut))  # type: ignore[union-attr]
+                        return AppendResult(fut, len(dq) > 1, False)
                     last.close_for_appends()
             self._appends_in_progress += 1
         try:
-            size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
-            reserved = self.free.allocate(size, max_block_ms)
-            handed_to_batch = False
-            try:
-                with self._lock:
-                    if self._closed:
-                        raise ProducerClosedError(
-                            "send() called after close(): the producer no longer accepts records")
-                    dq = self._batches.get(tp)
-                    if dq is None:
-                        dq = self._batches[tp] = deque()
-                    elif dq:
-                        last = dq[-1]
-                        if not last.closed:
-                            # another thread opened a batch while we waited for memory
-                            fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
-                            if fut is not None:
-                                self.free.deallocate(reserved)
-                                return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
-                            last.close_for_appends()
-                    builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
-                    batch = ProducerBatch(topic, partition, builder, now_ms, reserved)
-                    handed_to_batch = True
-                    fut = batch.try_append(timestamp, key, value, headers, callback, now_ms)
-                    assert fut is not None  # the first record always fits
-                    dq.append(batch)
-                    with self._incomplete_lock:
-                        self._incomplete.add(batch)
-                    return AppendResult(fut, len(dq) > 1 or batch.is_full(), True)
-            except BaseException:
-                if not handed_to_batch:
-                    self.free.deallocate(reserved)
-                raise
+            return self._append_new_batch(tp, timestamp, key, value, headers, callback, max_block_ms, now_ms)
         finally:
             with self._lock:
                 self._appends_in_progress -= 1
+
+    def _append_new_batch(self, tp: TopicPartition, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+                          headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
+                          now_ms: float) -> AppendResult:
+        size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
+        reserved = self.free.allocate(size, max_block_ms)
+        handed_to_batch = False
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+                dq = self._batches.get(tp)
+                if dq is None:
+                    dq = self._batches[tp] = deque()
+                elif dq:
+                    last = dq[-1]
+                    if not last.closed:
+                        # another thread opened a batch while we waited for memory
+                        fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                        if fut is not None:
+                            return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
+                        last.close_for_appends()
+                builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
+                batch = ProducerBatch(tp[0], tp[1], builder, now_ms, reserved)
+                handed_to_batch = True
+                fut = batch.try_append(timestamp, key, value, headers, callback, now_ms)
+                assert fut is not None  # the first record always fits
+                dq.append(batch)
+                with self._incomplete_lock:
+                    self._incomplete.add(batch)
+                return AppendResult(fut, len(dq) > 1 or batch.is_full(), True)
+        finally:
+            if not handed_to_batch:
+                self.free.deallocate(reserved)
 
     def append_many(self, topic: str, partition: int, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
                     values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],

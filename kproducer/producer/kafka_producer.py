@@ -35,6 +35,7 @@ _ids = itertools.count(1)
 HeaderInput = Union[Sequence[Tuple[str, Optional[bytes]]], Mapping[str, Optional[bytes]]]
 _BYTES = (bytes, bytearray, memoryview)
 _TOPIC_TOUCH_MS = 1000.0
+_HASH_CACHE_SIZE = 65536  # keys whose murmur2 hash is remembered (most workloads repeat keys)
 
 
 def _bytes_or_none(what: str, obj: Any, serializer: Any) -> Optional[bytes]:
@@ -120,6 +121,13 @@ class Producer:
         self._max_request_size = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_block_ms = cfg.max_block_ms
         self._topic_touched: Dict[str, float] = {}
+        self._hash_cache: Dict[bytes, int] = {}
+        self._sticky_state: Dict[str, List[int]] = {}
+        self._ignore_keys = cfg.partitioner_ignore_keys
+        self._batch_size = cfg.batch_size
+        self._transactional = self._txn is not None and self._txn.is_transactional
+        self._wall_ms = clk.wall_ms
+        self._monotonic_ms = clk.monotonic_ms
         self._closed = False
         self._close_lock = threading.Lock()
         self._sender.start()
@@ -138,66 +146,92 @@ class Producer:
         Blocks at most max.block.ms for metadata or buffer memory. Raises TypeError for a str/obj key or
         value without a serializer, MessageTooLargeError for a record over max.request.size,
         ProducerClosedError after close()."""
-        if self._closed:
-            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-        if self._sender.fatal_error is not None:
-            raise self._sender.fatal_error
-        if not isinstance(topic, str) or not topic:
-            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
-        key_b = key if (type(key) is bytes and self._key_serializer is None) else \
-            _bytes_or_none("key", key, self._key_serializer)
-        value_b = value if (type(value) is bytes and self._value_serializer is None) else \
-            _bytes_or_none("value", value, self._value_serializer)
-        hdrs = _check_headers(headers) if headers else None
-        clock = self._clock
-        if timestamp_ms is None:
-            timestamp = clock.wall_ms()
+        # This is the per-record hot path: every line here costs throughput. Checks that cannot fail
+        # for plain bytes records are skipped for them.
+        if self._closed or self._sender.fatal_error is not None:
+            self._raise_unusable()
+        if (value is not None and type(value) is not bytes) or self._value_serializer is not None:
+            value = _bytes_or_none("value", value, self._value_serializer)
+        if (key is not None and type(key) is not bytes) or self._key_serializer is not None:
+            key = _bytes_or_none("key", key, self._key_serializer)
+        if headers:
+            headers = _check_headers(headers)
         else:
-            if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            headers = None
+        if timestamp_ms is None:
+            timestamp = self._wall_ms()
+        elif type(timestamp_ms) is int and timestamp_ms >= 0:
             timestamp = timestamp_ms
-        start = clock.monotonic_ms()
+        else:
+            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+        now = self._monotonic_ms()
         cluster = self._metadata.cluster
         num_partitions = cluster.partition_counts.get(topic)
-        if num_partitions is None or (partition is not None and partition >= num_partitions):
+        if num_partitions is None or (partition is not None and type(partition) is int
+                                      and partition >= num_partitions):
+            if not isinstance(topic, str) or not topic:
+                raise TypeError(f"topic must be a non-empty str, got {topic!r}")
             num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
             cluster = self._metadata.cluster
-            now = clock.monotonic_ms()
-        else:
-            now = start
-            if now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
-                self._topic_touched[topic] = now
-                self._metadata.add_topic(topic)
-        sticky = False
+        elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
+            self._topic_touched[topic] = now
+            self._metadata.add_topic(topic)
+        # the record's size (an upper bound) decides both the size check and sticky switching
+        size = 97 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if headers is not None:
+            size = RecordBatchBuilder.estimate_record_size(key, value, headers)
+        if size > self._max_request_size:
+            self._raise_too_large(size)
+        sticky = None
         if partition is not None:
-            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < num_partitions:
+            if type(partition) is not int or not 0 <= partition < num_partitions:
                 raise ValueError(f"partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}")
             part = partition
         elif self._partitioner is not None:
-            part = self._partitioner(topic, key_b, value_b, num_partitions)
-            if not isinstance(part, int) or not 0 <= part < num_partitions:
+            part = self._partitioner(topic, key, value, num_partitions)
+            if type(part) is not int or not 0 <= part < num_partitions:
                 raise ValueError(f"the partitioner returned {part!r}, not a partition of {topic!r} "
                                  f"(0..{num_partitions - 1})")
-        elif key_b is not None and not self.config.partitioner_ignore_keys:
-            part = (murmur2(key_b) & 0x7FFFFFFF) % num_partitions
+        elif key is not None and not self._ignore_keys:
+            h = self._hash_cache.get(key)
+            if h is None:
+                h = murmur2(key) & 0x7FFFFFFF
+                if len(self._hash_cache) >= _HASH_CACHE_SIZE:
+                    self._hash_cache.clear()
+                self._hash_cache[key] = h
+            part = h % num_partitions
         else:
-            part = self._sticky.partition(topic, cluster.available.get(topic, ()), num_partitions)
-            sticky = True
-        size = RecordBatchBuilder.estimate_record_size(key_b, value_b, hdrs)
-        if size > self._max_request_size:
-            raise MessageTooLargeError(
-                f"The record is {size} bytes when serialized, which is larger than "
-                f"{'max.request.size' if self.config.max_request_size <= self.config.buffer_memory else 'buffer.memory'}"
-                f" ({self._max_request_size}); raise that setting or send a smaller record")
-        if self._txn is not None and self._txn.is_transactional:
-            self._txn.check_can_send((topic, part))
-        remaining = self._max_block_ms - (now - start)
-        result = self._accumulator.append(topic, part, timestamp, key_b, value_b, hdrs, callback, remaining, now)
-        if sticky:
-            self._sticky.record_appended(topic, size, cluster.available.get(topic, ()), num_partitions)
-        if result.batch_is_full or result.new_batch_created:
+            # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
+            sticky = self._sticky_state.get(topic)
+            if sticky is None or sticky[0] >= num_partitions:
+                sticky = self._sticky_state[topic] = [self._sticky.partition(
+                    topic, cluster.available.get(topic, ()), num_partitions), 0]
+            part = sticky[0]
+        if self._transactional:
+            self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
+        result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
+                                          self._max_block_ms - (self._monotonic_ms() - now), now)
+        if sticky is not None:
+            sticky[1] += size
+            if sticky[1] >= self._batch_size:
+                sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
+                                                        sticky[0])
+                sticky[1] = 0
+        if result[1] or result[2]:
             self._sender.wakeup()
-        return result.future
+        return result[0]
+
+    def _raise_unusable(self) -> None:
+        if self._closed:
+            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+        assert self._sender.fatal_error is not None
+        raise self._sender.fatal_error
+
+    def _raise_too_large(self, size: int) -> None:
+        which = "max.request.size" if self.config.max_request_size <= self.config.buffer_memory else "buffer.memory"
+        raise MessageTooLargeError(
+            f"The record is {size} bytes when serialized, which is larger than {which} "
+            f"({self._max_request_size}); raise that setting or send a smaller record")
 
     def send_batch(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                    headers: Optional[Sequence[Optional[HeaderInput]]] = None,

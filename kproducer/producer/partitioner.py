@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..protocol.accel import speedups
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
+def _murmur2_py(data: bytes) -> int:
     """Kafka's murmur2 hash of ``data`` as a signed 32-bit integer (same value as Java's Utils.murmur2)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK
@@ -34,6 +36,9 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+murmur2: Callable[[bytes], int] = speedups.murmur2 if speedups is not None else _murmur2_py
 
 
 def to_positive(n: int) -> int:
@@ -69,6 +74,10 @@ class StickyPartitioner:
         if st[1] >= self.batch_size:
             st[0] = self._next(available, num_partitions, st[0])
             st[1] = 0
+
+    def next_partition(self, available: Sequence[int], num_partitions: int, previous: int) -> int:
+        """A partition other than ``previous`` (when there is a choice), uniformly at random."""
+        return self._next(available, num_partitions, previous)
 
     def _next(self, available: Sequence[int], num_partitions: int, previous: int) -> int:
         choices: Sequence[int] = available if available else range(num_partitions)

@@ -34,10 +34,11 @@ import logging
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import crcmod.predefined  # type: ignore[import-untyped,unused-ignore]
 
+from .accel import speedups
 from .compression import CODEC_NONE, CODEC_NAMES, check_codec_available, compress, decompress
 from .errors import ProtocolError
 
@@ -79,12 +80,16 @@ Header = Tuple[str, Optional[bytes]]
 # --------------------------------------------------------------------------------------------
 
 _crc32c_fun = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+_append_record: Any = speedups.append_record if speedups is not None else None
 
 #: True when crcmod's C extension computes the CRC (the pure-Python fallback is ~100x slower)
 CRC_EXTENSION_IN_USE: bool = bool(
     getattr(sys.modules.get("crcmod.crcmod"), "_usingExtension", False)
 )
-if not CRC_EXTENSION_IN_USE:
+if speedups is not None:
+    # kproducer's own accelerator: slicing-by-8, or the SSE4.2 instruction (several GB/s)
+    _crc32c_fun = speedups.crc32c
+elif not CRC_EXTENSION_IN_USE:
     log.warning(
         "crcmod's C extension is not in use: CRC32C of record batches will be computed in pure "
         "Python and be very slow. Reinstall crcmod with a C compiler available "
@@ -265,7 +270,7 @@ class RecordBatchBuilder:
         self._section: Optional[bytes] = None
         self._section_count = -1
 
-    def try_append(
+    def _try_append_py(
         self,
         timestamp_ms: int,
         key: Optional[bytes],
@@ -322,6 +327,36 @@ class RecordBatchBuilder:
         buf += record
         self._count = count + 1
         return count
+
+    def _try_append_c(
+        self,
+        timestamp_ms: int,
+        key: Optional[bytes],
+        value: Optional[bytes],
+        headers: Optional[Sequence[Header]] = None,
+    ) -> int:
+        # the compiled twin of _try_append_py: same bytes, same contract
+        count = self._count
+        if count:
+            n = _append_record(self._buf, self.capacity - RECORD_BATCH_OVERHEAD, count,
+                               timestamp_ms - self._base_ts, key, value, headers)
+            if n > 0:
+                if timestamp_ms > self._max_ts:
+                    self._max_ts = timestamp_ms
+                self._count = count + 1
+                return count
+            if n == 0:
+                return -1
+        else:
+            n = _append_record(self._buf, -1, 0, 0, key, value, headers)
+            if n > 0:
+                self._base_ts = self._max_ts = timestamp_ms
+                self._count = 1
+                return 0
+        return self._try_append_py(timestamp_ms, key, value, headers)  # unusual headers: Python decides
+
+    #: Encode one record into the batch (compiled when the accelerator is available).
+    try_append = _try_append_c if speedups is not None else _try_append_py
 
     @property
     def record_count(self) -> int:

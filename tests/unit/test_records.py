@@ -122,7 +122,11 @@ def test_crc_extension_flag_is_reported() -> None:
 def test_warning_logged_when_crc_extension_missing(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # load a private copy of the module with the extension flag forced off
+    # load a private copy of the module with crcmod's extension flag forced off and without
+    # kproducer's own accelerator (which replaces crcmod when it is compiled)
+    import kproducer.protocol.accel as accel
+
+    monkeypatch.setattr(accel, "speedups", None)
     monkeypatch.setattr(sys.modules["crcmod.crcmod"], "_usingExtension", False, raising=False)
     spec = importlib.util.spec_from_file_location(
         "kproducer.protocol._records_probe", records.__file__

@@ -1,0 +1,374 @@
+"""The ``kproducer`` command (also ``python -m kproducer``).
+
+Subcommands:
+
+``kproducer produce``
+    Send lines of stdin (or ``--file``) as records, like kafka-console-producer and ``kcat -P``. With
+    ``--key-separator`` each line is ``KEY<sep>VALUE``. Delivery errors go to stderr; the exit status is 1
+    when any record failed, 2 for bad arguments or settings, 0 otherwise.
+``kproducer perf``
+    A load generator like kafka-producer-perf-test: progress lines on stderr, then records/s, MB/s and
+    latency percentiles (``--json`` for one JSON object on stdout). Runs against an in-process mock
+    cluster when no ``--bootstrap`` is given.
+``kproducer mock-cluster``
+    Run an embedded Kafka-protocol cluster until Ctrl-C (see :mod:`kproducer.mock.cli`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from typing import IO, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from . import __version__
+from .errors import ConfigError, KafkaError, MessageTooLargeError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_SUBCOMMANDS = ("produce", "perf", "mock-cluster")
+
+
+# -- argument helpers ---------------------------------------------------------------------------
+
+def key_value(text: str) -> Tuple[str, str]:
+    """``"name=value"`` -> (name, value); the value may contain ``=`` and be empty."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def read_properties(path: str) -> Dict[str, str]:
+    """A Java-style ``.properties`` file of ``name=value`` lines (``#``/``!`` comments, blank lines)."""
+    out: Dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line[0] in "#!":
+                continue
+            sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if sep <= 0:
+                raise ConfigError(f"{path}:{lineno}: expected name=value, got {line!r}")
+            out[line[:sep].strip()] = line[sep + 1:].strip()
+    return out
+
+
+def _add_common(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
+    p.add_argument("-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]",
+                   help=bootstrap_help)
+    p.add_argument("-t", "--topic", required=True, help="topic to produce to")
+    p.add_argument("-X", "--producer-prop", dest="producer_props", action="append", type=key_value, default=[],
+                   metavar="NAME=VALUE", help="a producer setting by its Java or Python name (repeatable), "
+                                              "e.g. linger.ms=10")
+    p.add_argument("--producer-config", "--producer.config", dest="producer_config", metavar="FILE",
+                   help="a .properties file of producer settings (--producer-prop wins)")
+    p.add_argument("--log-level", default="WARNING", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="log level of kproducer's own messages on stderr (default WARNING)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kproducer",
+        description="kproducer: a pure-Python Kafka producer. Send records, measure throughput and latency, "
+                    "or run a mock cluster.")
+    parser.add_argument("--version", action="version", version=f"kproducer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    pr = sub.add_parser(
+        "produce", help="send lines of stdin or a file as records (like kafka-console-producer / kcat -P)",
+        description="Send each line of stdin (or --file) as one record. Exit status 1 when any record "
+                    "failed, 2 for bad arguments or settings.")
+    _add_common(pr, "brokers to bootstrap from (or bootstrap.servers in --producer-prop/--producer-config)")
+    pr.add_argument("-f", "--file", help="read lines from this file instead of stdin (- for stdin)")
+    pr.add_argument("-K", "--key-separator", metavar="SEP",
+                    help="split each line at the first SEP into key and value (a line without SEP fails)")
+    pr.add_argument("-H", "--header", dest="headers", action="append", type=key_value, default=[],
+                    metavar="NAME=VALUE", help="a header added to every record (repeatable)")
+    pr.add_argument("-p", "--partition", type=int, help="send every record to this partition")
+    pr.add_argument("--acks", choices=["0", "1", "all", "-1"], help="acks (default all)")
+    pr.add_argument("-z", "--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                    help="compression.type (default none)")
+    pr.add_argument("--linger-ms", type=int, help="linger.ms (default 5)")
+    pr.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="give up waiting for acknowledgements after this long at the end (default: wait up "
+                         "to delivery.timeout.ms)")
+    pr.add_argument("-v", "--verbose", action="store_true",
+                    help="print each record's partition and offset to stdout, and a summary to stderr")
+
+    pf = sub.add_parser(
+        "perf", help="producer load test (like kafka-producer-perf-test)",
+        description="Send --num-records records of --record-size bytes and report records/s, MB/s and "
+                    "latency (from send() to the delivery callback). Without --bootstrap an in-process "
+                    "mock cluster is started and the topic created on it.")
+    _add_common(pf, "brokers to bootstrap from (default: an in-process mock cluster)")
+    pf.set_defaults(topic="kproducer-perf")
+    for action in pf._actions:
+        if action.dest == "topic":
+            action.required = False
+            action.help = "topic to produce to (default kproducer-perf)"
+    pf.add_argument("-n", "--num-records", type=int, required=True, help="how many records to send")
+    pf.add_argument("-s", "--record-size", type=int, help="bytes per record (or --payload-file)")
+    pf.add_argument("--payload-file", help="use this file's contents as every record's value")
+    pf.add_argument("--throughput", type=float, default=-1,
+                    help="at most this many records/s (-1: unthrottled, the default)")
+    pf.add_argument("--batch", action="store_true",
+                    help="use send_batch() in chunks of --chunk-size records instead of send()")
+    pf.add_argument("--chunk-size", type=int, default=1000, help="records per send_batch() call (default 1000)")
+    pf.add_argument("--partitions", type=int, default=6,
+                    help="partitions of the topic on the in-process mock cluster (default 6)")
+    pf.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    pf.add_argument("--reporting-interval", type=float, default=5.0, metavar="SECONDS",
+                    help="seconds between progress lines (default 5; 0 for none)")
+
+    # listed for --help; `kproducer mock-cluster ...` is handed to kproducer.mock.cli.main before parsing
+    sub.add_parser("mock-cluster", add_help=False,
+                   help="run an embedded Kafka-protocol mock cluster (kproducer mock-cluster -h for options)")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """Producer settings from --producer-config, then --producer-prop (a later name=value wins)."""
+    settings: Dict[str, Any] = {}
+    if args.producer_config:
+        try:
+            settings.update(read_properties(args.producer_config))
+        except OSError as e:
+            raise ConfigError(f"cannot read --producer-config: {e}") from None
+    settings.update(dict(args.producer_props))
+    # the same setting under both its Java name and its alias: keep the last one given
+    from .config import canonical_name
+
+    out: Dict[str, Any] = {}
+    for name, value in settings.items():
+        out[canonical_name(name)] = value
+    return out
+
+
+def _bootstrap(args: argparse.Namespace, settings: Dict[str, Any]) -> Optional[str]:
+    if args.bootstrap:
+        settings.pop("bootstrap.servers", None)
+        return str(args.bootstrap)
+    value = settings.pop("bootstrap.servers", None)
+    return None if value is None else str(value)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# -- produce ------------------------------------------------------------------------------------
+
+class _Delivery:
+    """Counts acknowledgements and failures; callbacks run on the producer's network thread."""
+
+    def __init__(self, verbose: bool, out: IO[str], err: IO[str]) -> None:
+        self.verbose = verbose
+        self.out = out
+        self.err = err
+        self.lock = threading.Lock()
+        self.delivered = 0
+        self.failed = 0
+
+    def callback(self, lineno: int) -> Any:
+        def done(md: Any, exc: Optional[BaseException]) -> None:
+            with self.lock:
+                if exc is None:
+                    self.delivered += 1
+                    if self.verbose:
+                        print(f"{md.topic}-{md.partition}@{md.offset}", file=self.out)
+                else:
+                    self.failed += 1
+                    print(f"kproducer: line {lineno}: delivery failed: {type(exc).__name__}: {exc}",
+                          file=self.err)
+        return done
+
+    def fail(self, lineno: int, why: str) -> None:
+        with self.lock:
+            self.failed += 1
+            print(f"kproducer: line {lineno}: {why}", file=self.err)
+
+
+def _lines(stream: IO[bytes]) -> Iterable[bytes]:
+    for line in stream:
+        if line.endswith(b"\n"):
+            line = line[:-1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+        yield line
+
+
+def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> int:
+    from . import Producer
+
+    settings = _settings(args)
+    bootstrap = _bootstrap(args, settings)
+    if bootstrap is None:
+        raise ConfigError("no brokers: give --bootstrap HOST:PORT (or bootstrap.servers=... in --producer-prop)")
+    overrides: Dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if args.acks is not None:
+        overrides["acks"] = args.acks
+    if args.compression is not None:
+        overrides["compression.type"] = args.compression
+    if args.linger_ms is not None:
+        overrides["linger.ms"] = args.linger_ms
+    for name, value in overrides.items():
+        if name in settings and str(settings[name]) != str(value):
+            raise ConfigError(f"{name} is given both as an option ({value}) and as a producer setting "
+                              f"({settings[name]}); give it once")
+        settings[name] = value
+    headers: Optional[List[Tuple[str, Optional[bytes]]]] = \
+        [(k, v.encode("utf-8")) for k, v in args.headers] or None
+    sep = args.key_separator.encode("utf-8") if args.key_separator is not None else None
+    if sep == b"":
+        raise ConfigError("--key-separator must not be empty")
+
+    producer = Producer(settings)
+    delivery = _Delivery(args.verbose, sys.stdout, sys.stderr)
+    stream: IO[bytes]
+    close_stream = False
+    if args.file and args.file != "-":
+        try:
+            stream = open(args.file, "rb")
+        except OSError as e:
+            producer.close(0)
+            raise ConfigError(f"cannot read --file: {e}") from None
+        close_stream = True
+    else:
+        stream = stdin if stdin is not None else sys.stdin.buffer
+    sent = 0
+    aborted = False
+    try:
+        for lineno, line in enumerate(_lines(stream), 1):
+            key: Optional[bytes] = None
+            value = line
+            if sep is not None:
+                k, found, v = line.partition(sep)
+                if not found:
+                    delivery.fail(lineno, f"no key separator {args.key_separator!r} in the line")
+                    continue
+                key, value = k, v
+            try:
+                producer.send(args.topic, value, key=key, headers=headers, partition=args.partition,
+                              callback=delivery.callback(lineno))
+                sent += 1
+            except (MessageTooLargeError, ValueError, TypeError) as e:
+                delivery.fail(lineno, f"{type(e).__name__}: {e}")
+            except KafkaError as e:
+                # metadata timeout, fatal producer error: the rest would fail the same way
+                delivery.fail(lineno, f"{type(e).__name__}: {e}")
+                print("kproducer: giving up; the remaining lines were not sent", file=sys.stderr)
+                aborted = True
+                break
+        try:
+            producer.flush(args.timeout)
+        except KafkaError as e:
+            print(f"kproducer: {e}", file=sys.stderr)
+            aborted = True
+    except KeyboardInterrupt:
+        print("kproducer: interrupted; sending what was read", file=sys.stderr)
+        aborted = True
+    finally:
+        if close_stream:
+            stream.close()
+        producer.close(args.timeout if aborted else None)
+    if args.verbose:
+        print(f"kproducer: {sent} records sent to {args.topic}: {delivery.delivered} delivered, "
+              f"{delivery.failed} failed",
+              file=sys.stderr)
+    return EXIT_FAILED if delivery.failed or aborted else EXIT_OK
+
+
+# -- perf ---------------------------------------------------------------------------------------
+
+def cmd_perf(args: argparse.Namespace) -> int:
+    from .perf import run_perf
+
+    if args.num_records < 1:
+        raise ConfigError("--num-records must be at least 1")
+    payload: Optional[bytes] = None
+    if args.payload_file:
+        try:
+            with open(args.payload_file, "rb") as f:
+                payload = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read --payload-file: {e}") from None
+        record_size = len(payload)
+    elif args.record_size is None:
+        raise ConfigError("give --record-size BYTES (or --payload-file)")
+    else:
+        record_size = args.record_size
+    if record_size < 0:
+        raise ConfigError("--record-size must not be negative")
+    if args.chunk_size < 1:
+        raise ConfigError("--chunk-size must be at least 1")
+    if args.partitions < 1:
+        raise ConfigError("--partitions must be at least 1")
+    settings = _settings(args)
+    bootstrap = _bootstrap(args, settings)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = run_perf(
+        args.topic, args.num_records, record_size, throughput=args.throughput, bootstrap=bootstrap,
+        producer_props=settings, batch=args.batch, chunk_size=args.chunk_size, partitions=args.partitions,
+        progress=progress if args.reporting_interval > 0 else None,
+        progress_interval=args.reporting_interval or 5.0, payload=payload)
+    if args.json:
+        doc = result.as_dict()
+        doc.update(topic=args.topic, bootstrap=bootstrap or "mock", throughput_target=args.throughput)
+        print(json.dumps(doc), flush=True)
+    else:
+        print(result.summary(), flush=True)
+    return EXIT_FAILED if result.errors else EXIT_OK
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] == "mock-cluster":
+        from .mock.cli import main as mock_main
+
+        try:
+            return mock_main(args_list[1:])
+        except SystemExit as e:  # its argparse: -h exits 0, usage errors 2
+            return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+        except KeyboardInterrupt:
+            return 130
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as e:  # argparse: --help/--version exit 0, usage errors 2
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    _setup_logging(args.log_level)
+    try:
+        if args.command == "produce":
+            return cmd_produce(args)
+        if args.command == "perf":
+            return cmd_perf(args)
+        parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse rejects it first
+    except ConfigError as e:
+        print(f"kproducer {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kproducer: interrupted", file=sys.stderr)
+        return 130
+    except KafkaError as e:
+        print(f"kproducer {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        return EXIT_FAILED
+    return EXIT_USAGE
+
+
+__all__ = ["build_parser", "cmd_perf", "cmd_produce", "key_value", "main", "read_properties"]

@@ -1,0 +1,360 @@
+/*
+ * Optional compiled accelerator for kproducer's per-record hot path.
+ *
+ * Everything here has a pure-Python twin (kproducer/protocol/records.py, kproducer/producer/partitioner.py)
+ * that produces identical bytes; the Python modules pick this module when it imported and
+ * KPRODUCER_PURE_PYTHON is not set. Functions:
+ *   append_record(buf, limit, offset_delta, timestamp_delta, key, value, headers) -> int
+ *   murmur2(data) -> int                       (Kafka's murmur2, signed 32-bit)
+ *   crc32c(data, crc=0) -> int                 (Castagnoli; SSE4.2 when the CPU has it)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * varints
+ */
+
+static inline Py_ssize_t varint_size(uint64_t v) {
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint64_t zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline char *put_varint(char *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *p++ = (char)v;
+    return p;
+}
+
+/* A key/value argument: bytes-like or None. */
+typedef struct {
+    Py_buffer view;
+    int present;
+} blob;
+
+static int get_blob(PyObject *obj, blob *b, const char *what) {
+    b->present = 0;
+    if (obj == Py_None) return 0;
+    if (PyObject_GetBuffer(obj, &b->view, PyBUF_SIMPLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes or None, got %.100s", what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    b->present = 1;
+    return 0;
+}
+
+static void release_blob(blob *b) {
+    if (b->present) PyBuffer_Release(&b->view);
+}
+
+#define MAX_FAST_HEADERS 32
+
+/*
+ * append_record(buf: bytearray, limit: int, offset_delta: int, timestamp_delta: int,
+ *               key, value, headers) -> int
+ * Appends one encoded record (length-prefixed) to buf. When limit >= 0 and len(buf) + size > limit,
+ * nothing is appended and 0 is returned; otherwise the number of bytes appended.
+ */
+static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_record takes 7 arguments");
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    if (!PyByteArray_CheckExact(buf)) {
+        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    long long offset_delta = PyLong_AsLongLong(args[2]);
+    if (offset_delta == -1 && PyErr_Occurred()) return NULL;
+    long long ts_delta = PyLong_AsLongLong(args[3]);
+    if (ts_delta == -1 && PyErr_Occurred()) return NULL;
+    PyObject *headers = args[6];
+
+    blob key, value;
+    if (get_blob(args[4], &key, "key") < 0) return NULL;
+    if (get_blob(args[5], &value, "value") < 0) {
+        release_blob(&key);
+        return NULL;
+    }
+
+    PyObject *result = NULL;
+    PyObject *hseq = NULL;
+    Py_ssize_t nh = 0;
+    const char *hkey[MAX_FAST_HEADERS];
+    Py_ssize_t hklen[MAX_FAST_HEADERS];
+    blob hval[MAX_FAST_HEADERS];
+    Py_ssize_t nh_acquired = 0;
+
+    if (headers != Py_None) {
+        hseq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
+        if (hseq == NULL) goto done;
+        nh = PySequence_Fast_GET_SIZE(hseq);
+        if (nh > MAX_FAST_HEADERS) {
+            /* rare: let the Python implementation handle it */
+            result = PyLong_FromLong(-1);
+            goto done;
+        }
+    }
+
+    /* body size (everything after the length varint) */
+    uint64_t body = 1 /* attributes */ + varint_size(zigzag64(ts_delta)) + varint_size(zigzag64(offset_delta));
+    if (key.present)
+        body += varint_size(zigzag64(key.view.len)) + key.view.len;
+    else
+        body += 1;
+    if (value.present)
+        body += varint_size(zigzag64(value.view.len)) + value.view.len;
+    else
+        body += 1;
+    body += varint_size(zigzag64(nh));
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(hseq, i);
+        PyObject *hk, *hv;
+        if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            hk = PyTuple_GET_ITEM(pair, 0);
+            hv = PyTuple_GET_ITEM(pair, 1);
+        } else {
+            result = PyLong_FromLong(-1); /* unusual shape: the Python path decides */
+            goto done;
+        }
+        if (!PyUnicode_Check(hk)) {
+            PyErr_Format(PyExc_TypeError, "header keys must be str, got %.100s", Py_TYPE(hk)->tp_name);
+            goto done;
+        }
+        hkey[i] = PyUnicode_AsUTF8AndSize(hk, &hklen[i]);
+        if (hkey[i] == NULL) goto done;
+        if (get_blob(hv, &hval[i], "header value") < 0) goto done;
+        nh_acquired = i + 1;
+        body += varint_size(zigzag64(hklen[i])) + hklen[i];
+        if (hval[i].present)
+            body += varint_size(zigzag64(hval[i].view.len)) + hval[i].view.len;
+        else
+            body += 1;
+    }
+    if (body > 0x7FFFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "record is larger than 2 GiB");
+        goto done;
+    }
+    Py_ssize_t total = (Py_ssize_t)(varint_size(zigzag64((int64_t)body)) + body);
+    Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+    if (limit >= 0 && old + total > limit) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    if (PyByteArray_Resize(buf, old + total) < 0) goto done;
+    char *p = PyByteArray_AS_STRING(buf) + old;
+    p = put_varint(p, zigzag64((int64_t)body));
+    *p++ = 0; /* attributes */
+    p = put_varint(p, zigzag64(ts_delta));
+    p = put_varint(p, zigzag64(offset_delta));
+    if (key.present) {
+        p = put_varint(p, zigzag64(key.view.len));
+        memcpy(p, key.view.buf, key.view.len);
+        p += key.view.len;
+    } else {
+        *p++ = 1; /* zigzag(-1) */
+    }
+    if (value.present) {
+        p = put_varint(p, zigzag64(value.view.len));
+        memcpy(p, value.view.buf, value.view.len);
+        p += value.view.len;
+    } else {
+        *p++ = 1;
+    }
+    p = put_varint(p, zigzag64(nh));
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        p = put_varint(p, zigzag64(hklen[i]));
+        memcpy(p, hkey[i], hklen[i]);
+        p += hklen[i];
+        if (hval[i].present) {
+            p = put_varint(p, zigzag64(hval[i].view.len));
+            memcpy(p, hval[i].view.buf, hval[i].view.len);
+            p += hval[i].view.len;
+        } else {
+            *p++ = 1;
+        }
+    }
+    result = PyLong_FromSsize_t(total);
+
+done:
+    for (Py_ssize_t i = 0; i < nh_acquired; i++) release_blob(&hval[i]);
+    Py_XDECREF(hseq);
+    release_blob(&key);
+    release_blob(&value);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * murmur2 (Kafka's variant, seed 0x9747b28c)
+ */
+
+static PyObject *murmur2(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
+    const uint32_t m = 0x5bd1e995;
+    const int r = 24;
+    uint32_t h = 0x9747b28cU ^ (uint32_t)length;
+    Py_ssize_t n4 = length / 4;
+    for (Py_ssize_t i = 0; i < n4; i++) {
+        const unsigned char *q = data + i * 4;
+        uint32_t k = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t base = length & ~(Py_ssize_t)3;
+    switch (length % 4) {
+        case 3:
+            h ^= (uint32_t)data[base + 2] << 16;
+            /* fall through */
+        case 2:
+            h ^= (uint32_t)data[base + 1] << 8;
+            /* fall through */
+        case 1:
+            h ^= (uint32_t)data[base];
+            h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * CRC32C: slicing-by-8 tables, and the SSE4.2 instruction where available
+ */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78U : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_table[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][i] = c;
+        }
+    }
+}
+
+static uint32_t crc_soft(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w);
+#endif
+        w ^= crc;
+        crc = crc_table[7][w & 0xFF] ^ crc_table[6][(w >> 8) & 0xFF] ^ crc_table[5][(w >> 16) & 0xFF] ^
+              crc_table[4][(w >> 24) & 0xFF] ^ crc_table[3][(w >> 32) & 0xFF] ^ crc_table[2][(w >> 40) & 0xFF] ^
+              crc_table[1][(w >> 48) & 0xFF] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
+    uint64_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = _mm_crc32_u8((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+static int use_hw_crc = 0;
+
+static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32c(data, crc=0)");
+        return NULL;
+    }
+    unsigned long start = 0;
+    if (nargs == 2) {
+        start = PyLong_AsUnsignedLong(args[1]);
+        if (start == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef HAVE_HW_CRC
+    if (use_hw_crc)
+        crc = crc_hw((uint32_t)start, (const unsigned char *)view.buf, (size_t)view.len);
+    else
+#endif
+        crc = crc_soft((uint32_t)start, (const unsigned char *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef methods[] = {
+    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
+     "append_record(buf, limit, offset_delta, timestamp_delta, key, value, headers) -> bytes appended "
+     "(0: did not fit, -1: use the Python encoder)"},
+    {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "Compiled hot paths of kproducer (optional).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    crc_init();
+#ifdef HAVE_HW_CRC
+    __builtin_cpu_init();
+    use_hw_crc = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#endif
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) return NULL;
+    if (PyModule_AddIntConstant(mod, "HW_CRC32C", use_hw_crc) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

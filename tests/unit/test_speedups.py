@@ -1,0 +1,90 @@
+"""The compiled accelerator must produce exactly what the pure-Python code produces."""
+from __future__ import annotations
+
+import random
+from typing import List, Optional, Tuple
+
+import crcmod.predefined  # type: ignore[import-untyped]
+import pytest
+
+from kproducer.producer.partitioner import _murmur2_py
+from kproducer.protocol import accel
+from kproducer.protocol.records import RecordBatchBuilder, read_batches
+
+speedups = accel.speedups
+pytestmark = pytest.mark.skipif(speedups is None, reason="compiled accelerator not built")
+
+_crcmod = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+
+
+def _random_record(rng: random.Random) -> Tuple[int, Optional[bytes], Optional[bytes], Optional[List[Tuple[str, Optional[bytes]]]]]:
+    def blob() -> Optional[bytes]:
+        r = rng.random()
+        if r < 0.1:
+            return None
+        if r < 0.15:
+            return b""
+        return rng.randbytes(rng.choice([1, 7, 100, 300, 20000]))
+
+    headers = None
+    if rng.random() < 0.5:
+        headers = [("k\u00e9y" * rng.randint(0, 3), blob()) for _ in range(rng.randint(0, 5))]
+    ts = 1_700_000_000_000 + rng.randint(-10**9, 10**9)
+    return ts, blob(), blob(), headers
+
+
+def test_builder_bytes_identical() -> None:
+    assert speedups is not None
+    rng = random.Random(42)
+    for trial in range(30):
+        cap = rng.choice([200, 16384, 1 << 20])
+        py = RecordBatchBuilder(cap)
+        c = RecordBatchBuilder(cap)
+        for _ in range(rng.randint(1, 200)):
+            rec = _random_record(rng)
+            d_py = py._try_append_py(*rec)
+            d_c = c._try_append_c(*rec)
+            assert d_py == d_c
+        assert py.build(7, 1, 3) == c.build(7, 1, 3)
+        batch = read_batches(c.build())[0]
+        assert batch.record_count == c.record_count
+
+
+def test_many_headers_fall_back_to_python() -> None:
+    headers = [(f"h{i}", b"v") for i in range(40)]
+    py = RecordBatchBuilder(1 << 20)
+    c = RecordBatchBuilder(1 << 20)
+    assert py._try_append_py(5, b"k", b"v", headers) == c._try_append_c(5, b"k", b"v", headers) == 0
+    assert py.build() == c.build()
+
+
+def test_type_errors_match() -> None:
+    b = RecordBatchBuilder(1 << 20)
+    with pytest.raises(TypeError):
+        b._try_append_c(1, "str key", b"v", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        b._try_append_c(1, None, b"v", [(b"bytes-key", b"v")])  # type: ignore[list-item]
+    assert b.record_count == 0
+
+
+def test_murmur2_identical() -> None:
+    assert speedups is not None
+    rng = random.Random(7)
+    for n in range(0, 70):
+        data = rng.randbytes(n)
+        assert speedups.murmur2(data) == _murmur2_py(data)
+    assert speedups.murmur2(b"21") == -973932308
+
+
+def test_crc32c_identical() -> None:
+    assert speedups is not None
+    rng = random.Random(3)
+    assert speedups.crc32c(b"123456789") == 0xE3069283
+    for n in list(range(0, 40)) + [1000, 65537]:
+        data = rng.randbytes(n)
+        assert speedups.crc32c(data) == _crcmod(data)
+        # continuing a CRC over a split buffer
+        cut = n // 3
+        assert speedups.crc32c(data[cut:], speedups.crc32c(data[:cut])) == _crcmod(data)
+        # unaligned views
+        assert speedups.crc32c(memoryview(data)[1:]) == _crcmod(data[1:])

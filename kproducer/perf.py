@@ -164,20 +164,28 @@ def _send_loop(producer: Producer, topic: str, payload: bytes, num_records: int,
     err = stats.error
     pc = time.perf_counter
     send = producer.send
-    # one small function per record, its start time bound as a default argument (no extra call)
+    # one small function per record, its start time bound as a default argument (evaluated at def time)
     start = pc()
     if throughput <= 0:
         for _ in range(num_records):
-            send(topic, payload,
-                 callback=lambda md, exc, t0=pc(): add((pc() - t0) * 1000.0) if exc is None else err(exc))
+            def callback(md: Optional[RecordMetadata], exc: Optional[BaseException], t0: float = pc()) -> None:
+                if exc is None:
+                    add((pc() - t0) * 1000.0)
+                else:
+                    err(exc)
+            send(topic, payload, callback=callback)
         stats.sent = num_records
         return
     step = max(1, min(1000, int(throughput // 1000) or 1))  # check the schedule about once a millisecond
     i = 0
     while i < num_records:
         for _ in range(min(step, num_records - i)):
-            send(topic, payload,
-                 callback=lambda md, exc, t0=pc(): add((pc() - t0) * 1000.0) if exc is None else err(exc))
+            def callback2(md: Optional[RecordMetadata], exc: Optional[BaseException], t0: float = pc()) -> None:
+                if exc is None:
+                    add((pc() - t0) * 1000.0)
+                else:
+                    err(exc)
+            send(topic, payload, callback=callback2)
         i += step
         stats.sent = min(i, num_records)
         _throttle_sleep(start, stats.sent, throughput)

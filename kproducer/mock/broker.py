@@ -70,10 +70,10 @@ class MockBroker:
         self._state.set_broker_alive(self.info.id, True)
         log.info("mock broker %d serving on %s:%d", self.info.id, self.info.host, self.info.port)
 
-    def stop(self) -> None:
+    def stop(self, move_leaders: bool = True) -> None:
         if self._server is None:
             return
-        self._state.set_broker_alive(self.info.id, False)
+        self._state.set_broker_alive(self.info.id, False, move_leaders)
         server, handlers, apis = self._server, self._handlers, self._apis
         self._server = self._handlers = self._apis = None
         server.stop()

@@ -44,15 +44,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_cluster(args: argparse.Namespace) -> MockCluster:
+    """A cluster from parsed arguments (a caller's namespace may lack the optional ones)."""
+    brokers = int(getattr(args, "brokers", 3))
+    first_port = int(getattr(args, "port", 0) or 0)
     ports: Optional[List[int]] = None
-    if args.port:
-        ports = [args.port + i for i in range(args.brokers)]
+    if first_port:
+        ports = [first_port + i for i in range(brokers)]
     return MockCluster(
-        args.brokers,
-        num_processors=args.processors,
-        num_handlers=args.handlers,
-        auto_create_topics=args.auto_create_topics,
-        default_partitions=args.default_partitions,
+        brokers,
+        num_processors=int(getattr(args, "processors", 2)),
+        num_handlers=int(getattr(args, "handlers", 2)),
+        auto_create_topics=bool(getattr(args, "auto_create_topics", False)),
+        default_partitions=int(getattr(args, "default_partitions", 1)),
         ports=ports,
     )
 
@@ -65,10 +68,11 @@ def serve_forever(args: argparse.Namespace, stop: Optional[threading.Event] = No
     )
     cluster = build_cluster(args)
     with cluster:
-        for name, partitions in args.topics:
+        topics = [topic_spec(t) if isinstance(t, str) else t for t in getattr(args, "topics", None) or []]
+        for name, partitions in topics:
             cluster.create_topic(name, partitions)
         print(cluster.bootstrap_servers, flush=True)
-        for name, partitions in args.topics:
+        for name, partitions in topics:
             print(f"topic {name}: {partitions} partitions", flush=True)
         waiter = stop or threading.Event()
         try:

@@ -90,9 +90,10 @@ class MockCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every broker and its threads (the data stays until the object goes away)."""
+        """Stop every broker and its threads. The data, the ports and the partition leaders stay: a
+        later start() serves them again."""
         for broker in self._brokers.values():
-            broker.stop()
+            broker.stop(move_leaders=False)
         self._started = False
 
     close = stop

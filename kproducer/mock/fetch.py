@@ -60,7 +60,7 @@ def evaluate_fetch(apis: "KafkaApis", request: Request, first: bool, final: bool
             has_error = has_error or result["error_code"] != ec.NONE
             parts.append(result)
         responses.append({"topic": t["topic"], "partitions": parts})
-    if not final and not has_error and total < max(body["min_bytes"], 1) and body["max_wait_ms"] > 0:
+    if not final and not has_error and total < body["min_bytes"] and body["max_wait_ms"] > 0:
         return None
     return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": responses}
 

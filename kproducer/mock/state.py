@@ -116,11 +116,13 @@ class ClusterState:
                 return None
             return live[zlib.crc32(key.encode("utf-8")) % len(live)]
 
-    def set_broker_alive(self, broker_id: int, alive: bool) -> None:
+    def set_broker_alive(self, broker_id: int, alive: bool, move_leaders: bool = True) -> None:
+        """Mark a broker up or down; a broker going down hands its partitions to live brokers when
+        the cluster moves leaders on stop (``move_leaders`` False: a whole-cluster shutdown)."""
         with self.lock:
             broker = self.brokers[broker_id]
             broker.alive = alive
-            if alive or not self.config.move_leaders_on_stop:
+            if alive or not move_leaders or not self.config.move_leaders_on_stop:
                 return
             live = self.live_broker_ids()
             if not live:

@@ -287,7 +287,9 @@ class RecordAccumulator:
                     first = dq[0]
                     if not first.is_backing_off(now_ms):
                         if ready and size + first.estimated_size() > max_size:
-                            # a single batch larger than the request size is still sent, alone
+                            # a single batch larger than the request size is still sent, alone.
+                            # The next drain starts at this partition, so that it is not starved.
+                            idx = (idx - 1) % n
                             break
                         if txn is None or not txn.should_stop_drain(first):
                             dq.popleft()

@@ -104,8 +104,10 @@ class Sender(threading.Thread):
             self.run_once()
         except Exception:
             log.exception("unexpected error in the kproducer sender thread; it carries on")
-            # avoid a hot loop on a persistent bug
-            self.clock.wait(threading.Condition(), 10)
+            # avoid a hot loop on a persistent bug (Condition.wait needs its lock held)
+            pause = threading.Condition()
+            with pause:
+                self.clock.wait(pause, 10)
 
     def initiate_close(self) -> None:
         """Stop accepting records and drain what is queued."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List, Set
 
 import pytest
 
@@ -17,7 +17,7 @@ pytestmark = [
 
 
 def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 20.0) -> List[Any]:
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000, fetch_max_wait_ms=50,
@@ -50,7 +50,7 @@ def test_produce_to_tansu_read_back(tansu: Any, new_topic: Callable[..., str], t
         (f"key{i % 4}".encode(), f"value {i}".encode()) for i in range(50))
     assert all(list(r.headers) == [("origin", b"cli"), ("empty", b"")] for r in got)
     # same key, same partition; within a partition, the file's order
-    by_key = {}
+    by_key: Dict[bytes, Set[int]] = {}
     for r in got:
         by_key.setdefault(r.key, set()).add(r.partition)
     assert all(len(parts) == 1 for parts in by_key.values())

@@ -72,8 +72,8 @@ def check_schema(schema: StructType, option_topic: Optional[str]) -> ColumnPlan:
         problems.append(f"column 'partition' must be int, not {_describe(fields[PARTITION].dataType)}")
     if HEADERS in fields:
         h = fields[HEADERS].dataType
-        ok = isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
-        if ok:
+        ok = False
+        if isinstance(h, ArrayType) and isinstance(h.elementType, StructType):
             inner = {f.name: f.dataType for f in h.elementType.fields}
             ok = (set(inner) == {"key", "value"} and isinstance(inner["key"], StringType)
                   and _bytes_like(inner["value"]))

@@ -21,7 +21,7 @@ from ..producer.future import BatchSendFuture
 from ._arrow import groups
 from ._options import SinkOptions, parse_options
 from ._producers import discard_producer, get_producer
-from ._schema import ColumnPlan, SinkSchemaError, check_schema
+from ._schema import HEADERS, KEY, PARTITION, TOPIC, VALUE, ColumnPlan, SinkSchemaError, check_schema
 
 try:  # pyspark >= 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
@@ -181,20 +181,30 @@ class KafkaBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
 
 def _rows_to_batches(rows: Iterator[Any], schema: StructType) -> Iterator[Any]:
-    """Rows -> Arrow record batches (pyspark 4.0 streaming hands Rows to the stream writer)."""
+    """Rows -> Arrow record batches of the contract columns (pyspark 4.0 hands Rows to stream writers)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow_schema = to_arrow_schema(schema)
-    names = schema.names
+    wanted = StructType([f for f in schema.fields if f.name in (VALUE, KEY, TOPIC, PARTITION, HEADERS)])
+    arrow_schema = to_arrow_schema(wanted)
+    names = wanted.names
+
+    def convert(chunk: List[Any]) -> Any:
+        data = [{n: r[n] for n in names} for r in chunk]
+        if HEADERS in names:
+            for d in data:
+                h = d[HEADERS]
+                if h is not None:
+                    d[HEADERS] = [{"key": e["key"], "value": e["value"]} if e is not None else None for e in h]
+        return pa.RecordBatch.from_pylist(data, schema=arrow_schema)
+
     chunk: List[Any] = []
     for row in rows:
         chunk.append(row)
         if len(chunk) >= _ROW_CHUNK:
-            yield pa.RecordBatch.from_pylist([r.asDict(recursive=True) for r in chunk], schema=arrow_schema)
+            yield convert(chunk)
             chunk = []
     if chunk:
-        yield pa.RecordBatch.from_pylist([r.asDict(recursive=True) for r in chunk], schema=arrow_schema)
-    del names
+        yield convert(chunk)
 
 
 class KafkaStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]

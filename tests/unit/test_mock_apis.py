@@ -367,6 +367,11 @@ def test_fetch_waits_at_most_the_cap() -> None:
         start = time.monotonic()
         assert c.request(FETCH, 12, body)["responses"][0]["partitions"][0]["records"] == b""
         assert 0.09 <= time.monotonic() - start < 1.0
+        # min_bytes 0: answered at once
+        body["min_bytes"] = 0
+        start = time.monotonic()
+        assert c.request(FETCH, 12, body)["responses"][0]["partitions"][0]["records"] == b""
+        assert time.monotonic() - start < 0.09
 
 
 # --------------------------------------------------------------------------------- FindCoordinator

@@ -159,6 +159,7 @@ def test_whole_cluster_restart_keeps_ports_and_data(cluster: MockCluster) -> Non
     cluster.stop()
     cluster.start()
     assert cluster.bootstrap_servers == servers
+    assert [cluster.leader("t", i) for i in range(6)] == [1, 2, 3, 1, 2, 3]
     with WireClient(*cluster.broker_address(cluster.leader("t", 0))) as c:
         assert fetch(c, 0)["high_watermark"] == 1
 

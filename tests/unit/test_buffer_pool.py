@@ -1,0 +1,191 @@
+"""BufferPool: accounting, blocking up to max.block.ms, FIFO-fair waiters, close()."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, Optional
+
+import pytest
+
+from kproducer.clock import Clock, FakeClock
+from kproducer.errors import BufferExhaustedError, KafkaError, KafkaTimeoutError
+from kproducer.producer.buffer_pool import BufferPool
+
+REAL = Clock()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Bounded wait for another thread to reach a state."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.001)
+
+
+class Allocator(threading.Thread):
+    """allocate() in a thread; records the outcome and the order threads finished in."""
+
+    def __init__(self, pool: BufferPool, size: int, max_block_ms: float, name: str,
+                 order: Optional[List[str]] = None) -> None:
+        super().__init__(daemon=True, name=name)
+        self.pool, self.size, self.max_block_ms = pool, size, max_block_ms
+        self.result: Optional[int] = None
+        self.error: Optional[BaseException] = None
+        self.order = order
+
+    def run(self) -> None:
+        try:
+            self.result = self.pool.allocate(self.size, self.max_block_ms)
+        except BaseException as e:  # noqa: B902
+            self.error = e
+        if self.order is not None:
+            self.order.append(self.name)
+
+
+def test_allocate_and_deallocate_account_memory() -> None:
+    pool = BufferPool(100, 10, FakeClock())
+    assert pool.allocate(10, 0) == 10
+    assert pool.allocate(25, 0) == 25
+    assert pool.available_memory() == 65
+    pool.deallocate(10)
+    assert pool.available_memory() == 75
+    assert pool.free_blocks == 1  # a batch.size block went back to the free list
+    pool.allocate(10, 0)
+    assert pool.free_blocks == 0  # and was handed out again
+    pool.deallocate(25)
+    pool.deallocate(0)  # ignored
+    assert pool.available_memory() == 90
+    assert pool.queued() == 0
+
+
+def test_allocating_more_than_buffer_memory_is_a_value_error() -> None:
+    pool = BufferPool(100, 10, FakeClock())
+    with pytest.raises(ValueError, match="buffer.memory=100"):
+        pool.allocate(101, 1000)
+    assert pool.available_memory() == 100
+
+
+def test_exhausted_pool_times_out_after_max_block_ms() -> None:
+    clock = FakeClock()
+    pool = BufferPool(100, 10, clock)
+    pool.allocate(100, 0)
+    start = clock.monotonic_ms()
+    with pytest.raises(BufferExhaustedError) as info:
+        pool.allocate(10, 250)
+    # FakeClock.wait advances time instead of sleeping: the pool waited exactly max.block.ms
+    assert clock.monotonic_ms() - start == 250
+    assert "max.block.ms=250" in str(info.value) and "buffer.memory=100" in str(info.value)
+    assert isinstance(info.value, KafkaTimeoutError)
+    assert pool.queued() == 0
+    assert pool.wait_time_ms_total == 250
+    assert pool.available_memory() == 0
+
+
+def test_zero_max_block_fails_at_once_without_waiting() -> None:
+    clock = FakeClock()
+    pool = BufferPool(100, 10, clock)
+    pool.allocate(95, 0)
+    start = clock.monotonic_ms()
+    with pytest.raises(BufferExhaustedError):
+        pool.allocate(10, 0)
+    assert clock.monotonic_ms() == start
+    assert pool.available_memory() == 5  # nothing was kept by the failed attempt
+
+
+def test_timed_out_waiter_gives_back_the_memory_it_collected() -> None:
+    clock = FakeClock()
+    pool = BufferPool(100, 10, clock)
+    pool.allocate(60, 0)
+    with pytest.raises(BufferExhaustedError):
+        pool.allocate(80, 100)  # collects the 40 that are free, then times out
+    assert pool.available_memory() == 40
+    assert pool.allocate(40, 0) == 40  # and the memory really is usable again
+
+
+def test_waiter_blocks_until_memory_is_freed() -> None:
+    pool = BufferPool(100, 10, REAL)
+    pool.allocate(100, 0)
+    t = Allocator(pool, 30, 10_000, "waiter")
+    t.start()
+    wait_for(lambda: pool.queued() == 1)
+    assert t.is_alive() and t.result is None
+    pool.deallocate(100)
+    t.join(5)
+    assert not t.is_alive()
+    assert t.error is None and t.result == 30
+    assert pool.available_memory() == 70
+    assert pool.queued() == 0
+
+
+def test_waiters_are_served_first_come_first_served() -> None:
+    """A large request queued first is not starved by a small one queued after it."""
+    pool = BufferPool(100, 10, REAL)
+    pool.allocate(100, 0)
+    order: List[str] = []
+    big = Allocator(pool, 60, 10_000, "big", order)
+    big.start()
+    wait_for(lambda: pool.queued() == 1)
+    small = Allocator(pool, 10, 10_000, "small", order)
+    small.start()
+    wait_for(lambda: pool.queued() == 2)
+    # a new caller queues behind the waiters even when enough memory is free for it
+    pool.deallocate(10)
+    wait_for(lambda: pool.available_memory() == 0)  # the head (big) collected those 10 bytes
+    assert small.is_alive()
+    pool.deallocate(50)  # big now has its 60
+    big.join(5)
+    assert big.result == 60
+    assert small.is_alive()  # nothing is left for small yet
+    pool.deallocate(10)
+    small.join(5)
+    assert small.result == 10
+    assert order == ["big", "small"]
+    assert pool.available_memory() == 0
+
+
+def test_new_caller_does_not_jump_the_queue() -> None:
+    pool = BufferPool(100, 10, REAL)
+    pool.allocate(100, 0)
+    first = Allocator(pool, 50, 10_000, "first")
+    first.start()
+    wait_for(lambda: pool.queued() == 1)
+    pool.deallocate(20)  # first collects 20 of its 50
+    wait_for(lambda: pool.available_memory() == 0)
+    # 0 free and a waiter: an immediate caller gets nothing
+    with pytest.raises(BufferExhaustedError):
+        pool.allocate(5, 0)
+    pool.deallocate(30)
+    first.join(5)
+    assert first.result == 50
+
+
+def test_a_timed_out_head_waiter_hands_memory_to_the_next() -> None:
+    pool = BufferPool(100, 10, REAL)
+    pool.allocate(60, 0)
+    head = Allocator(pool, 80, 150, "head")  # takes the 40 free bytes, then times out
+    head.start()
+    wait_for(lambda: pool.queued() == 1 and pool.available_memory() == 0)
+    nxt = Allocator(pool, 30, 10_000, "next")
+    nxt.start()
+    head.join(5)
+    nxt.join(5)
+    assert isinstance(head.error, BufferExhaustedError)
+    # nobody freed memory: the head gave its 40 back and woke the next waiter
+    assert nxt.error is None and nxt.result == 30
+    assert pool.available_memory() == 10
+
+
+def test_close_wakes_waiters_with_an_error_and_refuses_new_allocations() -> None:
+    pool = BufferPool(100, 10, REAL)
+    pool.allocate(100, 0)
+    t = Allocator(pool, 10, 60_000, "waiter")
+    t.start()
+    wait_for(lambda: pool.queued() == 1)
+    pool.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert isinstance(t.error, KafkaError) and "closed" in str(t.error)
+    assert pool.queued() == 0
+    with pytest.raises(KafkaError, match="closed"):
+        pool.allocate(1, 0)

@@ -87,6 +87,7 @@ class NetworkClient:
         reconnect_backoff_ms: float = 50,
         reconnect_backoff_max_ms: float = 1000,
         connection_setup_timeout_ms: float = 10000,
+        connections_max_idle_ms: float = 540000,
         allow_auto_topic_creation: bool = True,
         software_version: str = "0",
         clock: Clock = SYSTEM_CLOCK,
@@ -96,6 +97,9 @@ class NetworkClient:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
+        self.connections_max_idle_ms = connections_max_idle_ms
+        self._last_activity: Dict[int, float] = {}
+        self._next_idle_check = 0.0
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
@@ -226,6 +230,7 @@ class NetworkClient:
         payload = m.encode_request(request.api, request.version, request.correlation_id, self.client_id,
                                    request.body)
         request.sent_ms = now_ms
+        self._last_activity[node_id] = now_ms
         self.in_flight.add(request)
         self._unwritten.setdefault(node_id, []).append(request)
         self.selector.send(node_id, payload)
@@ -248,6 +253,8 @@ class NetworkClient:
         self._handle_connections(now_ms)
         self._handle_timed_out_connections(responses, now_ms)
         self._handle_timed_out_requests(responses, now_ms)
+        if now_ms >= self._next_idle_check:
+            self._close_idle_connections(now_ms)
         for r in responses:
             self._complete(r)
         return responses
@@ -271,6 +278,9 @@ class NetworkClient:
 
     def _handle_completed_receives(self, responses: List[ClientResponse], now_ms: float) -> None:
         for node_id, frame in self.selector.completed_receives:
+            if not self.selector.has_channel(node_id):
+                continue  # closed earlier in this poll (e.g. a protocol failure on a previous frame)
+            self._last_activity[node_id] = now_ms
             req = self.in_flight.oldest(node_id)
             if req is None or not req.expect_response:
                 self._protocol_failure(node_id, "received a response with no request in flight", responses, now_ms)
@@ -427,6 +437,22 @@ class NetworkClient:
                 self.selector.close(node_id, why)
                 self._process_disconnection(node_id, responses, now_ms, timed_out=True, reason=why)
                 self.metadata.request_update()
+
+    def _close_idle_connections(self, now_ms: float) -> None:
+        """Close connections with nothing in flight and no traffic for connections.max.idle.ms."""
+        self._next_idle_check = now_ms + 1000.0
+        idle_ms = self.connections_max_idle_ms
+        if idle_ms < 0:
+            return
+        for node_id in self.selector.channel_ids():
+            last = self._last_activity.get(node_id)
+            if last is not None and now_ms - last >= idle_ms and self.in_flight.count(node_id) == 0 \
+                    and self.states.is_ready(node_id):
+                log.debug("closing connection to node %s: idle for %.0f ms (connections.max.idle.ms)",
+                          node_id, now_ms - last)
+                self.selector.close(node_id, "idle")
+                self._process_disconnection(node_id, self._pending, now_ms, False, "idle")
+                self._last_activity.pop(node_id, None)
 
     # -- misc ----------------------------------------------------------------------------------------
 

@@ -105,6 +105,7 @@ class Producer:
             max_in_flight=cfg.max_in_flight_requests_per_connection, request_timeout_ms=cfg.request_timeout_ms,
             reconnect_backoff_ms=cfg.reconnect_backoff_ms, reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
             connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
             allow_auto_topic_creation=cfg.allow_auto_create_topics, software_version=__version__, clock=clk,
         )
         self._sender = Sender(

@@ -128,6 +128,8 @@ class Sender(threading.Thread):
         txn = self.txn
         if txn is not None:
             if self._maybe_handle_producer_id():
+                # still bound every record's wait by delivery.timeout.ms (e.g. no broker gives us an id)
+                self._fail_expired_batches(self.clock.monotonic_ms())
                 return
         now = self.clock.monotonic_ms()
         timeout = self.send_producer_data(now)
@@ -215,6 +217,18 @@ class Sender(threading.Thread):
                 self._in_flight_batches.setdefault(b.tp, []).append(b)
                 if self.guarantee_message_order:
                     acc.mute(b.tp)
+        self._fail_expired_batches(now)
+        timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
+                      self._in_flight_expiry(now))
+        if ready_nodes:
+            timeout = 0.0
+        for node, node_batches in batches.items():
+            self._send_produce_request(node, node_batches, now)
+        return max(0.0, timeout)
+
+    def _fail_expired_batches(self, now: float) -> None:
+        """Fail queued and in-flight batches older than delivery.timeout.ms."""
+        acc = self.accumulator
         expired = acc.expired_batches(now)
         expired_in_flight = self._expired_in_flight_batches(now)
         for b in expired:
@@ -227,13 +241,6 @@ class Sender(threading.Thread):
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
                 f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
                 f"{acc.delivery_timeout_ms:.0f}) while the batch was in flight"), True)
-        timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
-                      self._in_flight_expiry(now))
-        if ready_nodes:
-            timeout = 0.0
-        for node, node_batches in batches.items():
-            self._send_produce_request(node, node_batches, now)
-        return max(0.0, timeout)
 
     def _expired_in_flight_batches(self, now: float) -> List[ProducerBatch]:
         timeout = self.accumulator.delivery_timeout_ms

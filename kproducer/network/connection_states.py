@@ -57,7 +57,8 @@ class ClusterConnectionStates:
         if n is None:
             return 0.0
         if n.state == ConnectionState.DISCONNECTED:
-            return max(0.0, n.last_attempt_ms + n.backoff_ms - now_ms)
+            # the same arithmetic as can_connect(), so that "not yet" never comes with a zero delay
+            return max(0.0, n.backoff_ms - (now_ms - n.last_attempt_ms))
         return float("inf") if n.state != ConnectionState.READY else 0.0
 
     def connecting(self, node_id: int, now_ms: float, host: str, port: int) -> None:

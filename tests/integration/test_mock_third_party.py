@@ -4,7 +4,6 @@ byte-exact keys, values, headers and timestamps; transactions with read_committe
 delivery through injected errors and a leader move."""
 from __future__ import annotations
 
-import logging
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple

@@ -19,6 +19,7 @@ Sender exactly as :class:`kproducer.Producer` does, on a FakeClock and a Scripte
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
@@ -298,8 +299,10 @@ class ScriptedSelector:
     def send(self, node_id: int, payload: bytes) -> None:
         with self._cond:
             conn = self._conns.get(node_id)
-            if conn is None or conn.state != "connected" or conn.killed:
+            if conn is None or conn.state != "connected":
                 raise ConnectionError(f"node {node_id} is not connected")
+            if conn.killed:
+                return  # like a socket the peer closed: the write is lost, the next poll reports it
             conn.unwritten.append(bytes(payload))
             self._cond.notify_all()
 
@@ -351,8 +354,10 @@ class ScriptedSelector:
             if not self._has_work() and not self.connected and not self.disconnected:
                 if self.real_wait:
                     self._cond.wait(max(0.0, min(timeout_ms, 50.0)) / 1000.0)
-                elif self.idle_advance and self.clock is not None and timeout_ms > 0:
-                    self.clock.advance(min(timeout_ms, 3_600_000.0))
+                elif self.idle_advance and self.clock is not None:
+                    # at least one ulp: as with a real clock, an idle poll never takes zero time
+                    now = self.clock.monotonic_ms()
+                    self.clock.advance(max(min(timeout_ms, 3_600_000.0), math.nextafter(now, math.inf) - now))
             self._step()
 
     def _step(self) -> None:

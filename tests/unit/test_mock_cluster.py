@@ -232,8 +232,9 @@ def test_python_dash_m_serves_until_ctrl_c() -> None:
         with WireClient(host, int(port)) as c:
             assert c.request(API_VERSIONS, 3, {})["error_code"] == 0
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        proc.communicate(timeout=10)
+        assert proc.returncode == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.communicate()

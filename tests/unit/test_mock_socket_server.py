@@ -119,10 +119,10 @@ def test_connections_are_spread_over_processors(bare_server: tuple) -> None:
 
 def test_server_stop_closes_connections(bare_server: tuple) -> None:
     server, _ = bare_server
-    c = WireClient("127.0.0.1", server.port)
-    assert c.request(API_VERSIONS, 0, {})["error_code"] == 0
-    server.stop()
-    assert c.is_closed_by_peer()
+    with WireClient("127.0.0.1", server.port) as c:
+        assert c.request(API_VERSIONS, 0, {})["error_code"] == 0
+        server.stop()
+        assert c.is_closed_by_peer()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
 

@@ -1,0 +1,323 @@
+"""A mock broker's network thread (Kafka's SocketServer.Processor).
+
+Each processor owns its connections and runs one ``selectors`` loop: configure new connections,
+process new responses, poll, process completed receives, completed sends and disconnects. A completed
+receive is parsed (header and body) and put on the RequestChannel, and its connection is muted until
+the response has been sent, so responses leave in request order even when a client pipelines
+requests. Anything it cannot parse (a refused frame size, a malformed header or body, an unknown API
+key, an unsupported version of an API other than ApiVersions) closes that one connection and is logged.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from typing import Deque, Dict, List, Mapping, Optional, Set, Tuple
+
+from ..protocol.messages import API_VERSIONS, decode_request_header
+from .connection import Connection, FramingError
+from .request_channel import Request, RequestChannel, Response
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT = 0.5
+_conn_ids = itertools.count(1)
+
+
+class Processor(threading.Thread):
+    """A network thread: one selector loop over the connections it was given."""
+
+    def __init__(
+        self,
+        processor_id: int,
+        broker_id: int,
+        channel: RequestChannel,
+        served: Mapping[int, Tuple[int, int]],
+        max_request_size: int,
+    ) -> None:
+        super().__init__(name=f"mock-broker-{broker_id}-network-{processor_id}", daemon=True)
+        self.processor_id = processor_id
+        self.broker_id = broker_id
+        self._channel = channel
+        self._served = served
+        self._max_request_size = max_request_size
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._woken = False
+        self._running = True
+        self._close_all = False
+        self._new_connections: Deque[Tuple[socket.socket, str]] = deque()
+        self._connections: Dict[int, Connection] = {}
+        self._interest: Dict[int, int] = {}
+        self._delayed: List[Tuple[float, int, Response]] = []
+        self._delay_seq = itertools.count()
+        self._check_buffer: Set[int] = set()
+        self._completed_receives: List[Tuple[Connection, bytes]] = []
+        self._completed_sends: List[Connection] = []
+        self._disconnected: List[Tuple[Connection, str, int]] = []
+        channel.add_processor(processor_id, self.wakeup)
+
+    # ------------------------------------------------------------------ called by other threads
+
+    def accept(self, sock: socket.socket, peer: str) -> None:
+        self._new_connections.append((sock, peer))
+        self.wakeup()
+
+    def wakeup(self) -> None:
+        if self._woken:
+            return
+        self._woken = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # the buffer is full (a wakeup is pending anyway) or we are shutting down
+            pass
+
+    def close_all_connections(self) -> None:
+        self._close_all = True
+        self.wakeup()
+
+    def shutdown(self) -> None:
+        self._running = False
+        self.wakeup()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    # ------------------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        try:
+            while self._running:
+                try:
+                    self._run_once()
+                except Exception:  # a bug must not take the broker down: log it and go on
+                    log.exception("broker %d processor %d: unexpected error", self.broker_id, self.processor_id)
+                    time.sleep(0.01)
+        finally:
+            for conn in list(self._connections.values()):
+                self._close(conn, "broker shutting down", logging.DEBUG)
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _run_once(self) -> None:
+        if self._close_all:
+            self._close_all = False
+            for conn in list(self._connections.values()):
+                self._close(conn, "connections dropped on request", logging.INFO)
+        self._configure_new_connections()
+        self._process_new_responses()
+        self._poll()
+        self._process_completed_receives()
+        self._process_completed_sends()
+        self._process_disconnected()
+
+    def _configure_new_connections(self) -> None:
+        while self._new_connections:
+            sock, peer = self._new_connections.popleft()
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as e:
+                log.debug("broker %d: could not configure connection from %s: %s", self.broker_id, peer, e)
+                sock.close()
+                continue
+            conn = Connection(next(_conn_ids), sock, peer, self._max_request_size)
+            self._connections[conn.id] = conn
+            self._update_interest(conn)
+            log.debug("broker %d: connection %d from %s", self.broker_id, conn.id, peer)
+
+    def _process_new_responses(self) -> None:
+        now = time.monotonic()
+        for response in self._channel.take_responses(self.processor_id):
+            if response.send_at > now:
+                heapq.heappush(self._delayed, (response.send_at, next(self._delay_seq), response))
+            else:
+                self._apply_response(response)
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now:
+            self._apply_response(heapq.heappop(delayed)[2])
+
+    def _apply_response(self, response: Response) -> None:
+        conn = self._connections.get(response.request.connection_id)
+        if conn is None:
+            log.debug("broker %d: dropping response to closed connection: %r", self.broker_id, response.request)
+            return
+        if response.close:
+            self._close(conn, f"closing instead of answering {response.request.api.name}", logging.INFO)
+            return
+        if response.data is None:
+            self._unmute(conn)
+            return
+        conn.enqueue(response.data)
+        try:
+            done = conn.write()
+        except OSError as e:
+            self._disconnected.append((conn, f"write failed: {e}", logging.DEBUG))
+            return
+        if done:
+            self._completed_sends.append(conn)
+        else:
+            self._update_interest(conn)
+
+    def _poll(self) -> None:
+        if self._check_buffer or self._completed_sends or self._disconnected:
+            timeout: Optional[float] = 0.0
+        else:
+            timeout = POLL_TIMEOUT
+            if self._delayed:
+                timeout = max(0.0, min(timeout, self._delayed[0][0] - time.monotonic()))
+        events = self._selector.select(timeout)
+        for key, mask in events:
+            conn = key.data
+            if conn is None:
+                self._woken = False
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except OSError:
+                    pass
+                continue
+            assert isinstance(conn, Connection)
+            if conn.closed:
+                continue
+            if mask & selectors.EVENT_WRITE:
+                try:
+                    if conn.write():
+                        self._completed_sends.append(conn)
+                except OSError as e:
+                    self._disconnected.append((conn, f"write failed: {e}", logging.DEBUG))
+                    continue
+            if mask & selectors.EVENT_READ and not conn.muted:
+                try:
+                    alive = conn.read()
+                except OSError as e:
+                    self._disconnected.append((conn, f"read failed: {e}", logging.DEBUG))
+                    continue
+                if not alive:
+                    self._disconnected.append((conn, "peer closed the connection", logging.DEBUG))
+                    continue
+                self._take_frame(conn)
+        if self._check_buffer:
+            ids, self._check_buffer = self._check_buffer, set()
+            for conn_id in ids:
+                found = self._connections.get(conn_id)
+                if found is not None and not found.muted:
+                    self._take_frame(found)
+
+    def _take_frame(self, conn: Connection) -> None:
+        try:
+            frame = conn.next_frame()
+        except FramingError as e:
+            self._disconnected.append((conn, f"bad frame: {e}", logging.WARNING))
+            return
+        if frame is not None:
+            conn.muted = True  # no further frame until this request is answered
+            self._completed_receives.append((conn, frame))
+
+    def _process_completed_receives(self) -> None:
+        receives, self._completed_receives = self._completed_receives, []
+        for conn, frame in receives:
+            if conn.closed:
+                continue
+            request = self._parse(conn, frame)
+            if request is None:
+                continue
+            self._update_interest(conn)
+            self._channel.send_request(request)
+
+    def _parse(self, conn: Connection, frame: bytes) -> Optional[Request]:
+        try:
+            header, api, pos = decode_request_header(frame)
+        except Exception as e:
+            self._disconnected.append((conn, f"malformed request header: {e}", logging.WARNING))
+            return None
+        if api is None or header.api_key not in self._served:
+            self._disconnected.append(
+                (conn, f"unknown or unserved API key {header.api_key} (v{header.api_version})", logging.WARNING)
+            )
+            return None
+        lo, hi = self._served[header.api_key]
+        body = None
+        if lo <= header.api_version <= hi:
+            try:
+                body = api.decode_request(header.api_version, frame, pos)
+            except Exception as e:
+                self._disconnected.append(
+                    (conn, f"malformed {api.name} v{header.api_version} request: {e}", logging.WARNING)
+                )
+                return None
+        elif api.key != API_VERSIONS.key:
+            # ApiVersions of an unknown version is answered (UNSUPPORTED_VERSION, as v0); others close
+            self._disconnected.append(
+                (conn, f"unsupported {api.name} version {header.api_version} (served: v{lo}-v{hi})", logging.WARNING)
+            )
+            return None
+        return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer)
+
+    def _process_completed_sends(self) -> None:
+        sends, self._completed_sends = self._completed_sends, []
+        for conn in sends:
+            if not conn.closed:
+                self._unmute(conn)
+
+    def _process_disconnected(self) -> None:
+        disconnected, self._disconnected = self._disconnected, []
+        for conn, reason, level in disconnected:
+            self._close(conn, reason, level)
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _unmute(self, conn: Connection) -> None:
+        conn.muted = False
+        self._update_interest(conn)
+        if conn.buffered() >= 4:
+            self._check_buffer.add(conn.id)
+
+    def _update_interest(self, conn: Connection) -> None:
+        if conn.closed:
+            return
+        events = 0
+        if not conn.muted:
+            events |= selectors.EVENT_READ
+        if conn.has_pending_send():
+            events |= selectors.EVENT_WRITE
+        current = self._interest.get(conn.id, 0)
+        if events == current:
+            return
+        try:
+            if current == 0:
+                self._selector.register(conn.sock, events, conn)
+            elif events == 0:
+                self._selector.unregister(conn.sock)
+            else:
+                self._selector.modify(conn.sock, events, conn)
+        except (OSError, ValueError, KeyError) as e:
+            self._disconnected.append((conn, f"selector error: {e}", logging.DEBUG))
+            return
+        if events:
+            self._interest[conn.id] = events
+        else:
+            self._interest.pop(conn.id, None)
+
+    def _close(self, conn: Connection, reason: str, level: int) -> None:
+        if conn.closed:
+            return
+        if self._interest.pop(conn.id, 0):
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        self._connections.pop(conn.id, None)
+        self._check_buffer.discard(conn.id)
+        conn.close()
+        log.log(level, "broker %d: closed connection %d from %s: %s", self.broker_id, conn.id, conn.peer, reason)

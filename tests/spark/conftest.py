@@ -1,0 +1,101 @@
+"""One small local SparkSession shared by the Spark tests (skipped when pyspark is not installed)."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'kproducer[spark]')")
+pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install 'kproducer[spark]')")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: a top-level ``pyspark_*`` module: PySpark registers its ``DefaultSource`` by itself at session start
+#: (the automatic way documented in docs/spark.md), here under a second name to test it in isolation
+AUTO_MODULE = "pyspark_kproducer_autotest"
+AUTO_FORMAT = "kproducer_autotest"
+_AUTO_SOURCE = f'''
+from kproducer.spark import KafkaSink
+
+
+class DefaultSource(KafkaSink):
+    @classmethod
+    def name(cls):
+        return "{AUTO_FORMAT}"
+'''
+
+
+def _prepend_path(var: str, path: str) -> None:
+    old = os.environ.get(var)
+    os.environ[var] = path if not old else path + os.pathsep + old
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """local[2], no UI, 2 shuffle partitions; workers run this interpreter (which has pyarrow and
+    kproducer) and bind to 127.0.0.1. ``kproducer`` is registered with kproducer.spark.register()."""
+    auto_dir = tempfile.mkdtemp(prefix="kproducer-spark-")
+    with open(os.path.join(auto_dir, AUTO_MODULE + ".py"), "w") as f:
+        f.write(_AUTO_SOURCE)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    _prepend_path("PYTHONPATH", REPO)
+    _prepend_path("PYTHONPATH", auto_dir)
+    sys.path.insert(0, auto_dir)
+
+    from pyspark.sql import SparkSession
+
+    import kproducer.spark
+
+    session = (SparkSession.builder.master("local[2]").appName("kproducer-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    kproducer.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+Read = Tuple[int, int, Optional[bytes], Optional[bytes], List[Tuple[str, bytes]]]
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> List[Read]:
+    """Everything in the topic, read with kafka-python: (partition, offset, key, value, headers); waits
+    for ``expected`` records, then a little longer to catch extras."""
+    from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+                             enable_auto_commit=False, fetch_max_wait_ms=50, request_timeout_ms=15000,
+                             max_partition_fetch_bytes=4 * 1024 * 1024, client_id="kproducer-spark-tests")
+    out: List[Read] = []
+
+    def take(polled: Dict[Any, Sequence[Any]]) -> None:
+        for records in polled.values():
+            out.extend((r.partition, r.offset, r.key, r.value, list(r.headers)) for r in records)
+
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            take(consumer.poll(timeout_ms=200, max_records=100_000))
+        take(consumer.poll(timeout_ms=300))
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.fixture(scope="session")
+def consume() -> Any:
+    """``consume(bootstrap, topic, partitions, expected)`` -> [(partition, offset, key, value, headers)]."""
+    return _consume

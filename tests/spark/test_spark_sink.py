@@ -1,0 +1,192 @@
+"""The ``kproducer`` Spark sink end to end: a local SparkSession writing to a real broker (tansu), read
+back with kafka-python. One session for the module (see conftest.py); keep the whole file well under
+three minutes."""
+from __future__ import annotations
+
+import socket
+import tempfile
+import uuid
+from collections import Counter, defaultdict
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+from kproducer.producer.partitioner import murmur2
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+PARTITIONS = 6
+
+
+def _topic(tansu: Any, prefix: str, partitions: int = PARTITIONS) -> str:
+    name = f"spark-{prefix}-{uuid.uuid4().hex[:10]}"
+    tansu.create_topic(name, partitions)
+    return name
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_batch_write_100k_rows_keys_headers_partitions(spark: Any, tansu: Any, consume: Callable[..., Any]) -> None:
+    topic = _topic(tansu, "batch")
+    n = 100_000
+    df = spark.range(0, n, numPartitions=4).selectExpr(
+        "concat('key-', id) AS key",
+        "CAST(concat('{\"id\":', id, ',\"pad\":\"', repeat('x', 40), '\"}') AS BINARY) AS value",
+        "CAST((id * 7) % 6 AS INT) AS partition",
+        "array(named_struct('key', 'id', 'value', CAST(CAST(id AS STRING) AS BINARY)),"
+        "      named_struct('key', 'source', 'value', CAST(NULL AS BINARY))) AS headers",
+        "id AS extra_column_is_ignored",
+    )
+    (df.write.format("kproducer").mode("append")
+       .option("kafka.bootstrap.servers", tansu.bootstrap).option("topic", topic)
+       .option("kafka.linger.ms", "10").save())
+
+    got = consume(tansu.bootstrap, topic, PARTITIONS, n)
+    assert len(got) == n
+    ids = []
+    per_partition: Dict[int, List[int]] = defaultdict(list)
+    for partition, offset, key, value, headers in got:
+        assert value is not None and key is not None
+        rid = int(value[6:value.index(b",")])
+        ids.append(rid)
+        assert partition == (rid * 7) % 6, "the partition column is honoured"
+        assert key == f"key-{rid}".encode()
+        assert value == b'{"id":%d,"pad":"%s"}' % (rid, b"x" * 40)
+        assert headers == [("id", str(rid).encode()), ("source", None)]
+        per_partition[partition].append(offset)
+    assert sorted(ids) == list(range(n)), "every row exactly once"
+    for partition, offsets in per_partition.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"partition {partition}: no gaps, no extra records"
+    assert set(per_partition) == set(range(PARTITIONS))
+
+
+def test_stream_three_micro_batches(spark: Any, tansu: Any, consume: Callable[..., Any]) -> None:
+    """Three availableNow runs over one checkpoint = micro-batches 0, 1, 2 of a rate-micro-batch source;
+    topic from a column, keyed records partitioned by murmur2 like the Java client."""
+    topic = _topic(tansu, "stream")
+    rows_per_batch = 1000
+    checkpoint = tempfile.mkdtemp(prefix="kproducer-stream-ck-")
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
+              .option("numPartitions", 2).load()
+              .selectExpr(f"'{topic}' AS topic", "CAST(value % 50 AS STRING) AS key",
+                          "concat('tick-', value) AS value"))
+    batch_ids = []
+    for _ in range(3):
+        query = (stream.writeStream.format("kproducer").option("kafka.bootstrap.servers", tansu.bootstrap)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        batch_ids.extend(p["batchId"] for p in progress)
+    assert batch_ids == [0, 1, 2]
+
+    expected = 3 * rows_per_batch
+    got = consume(tansu.bootstrap, topic, PARTITIONS, expected)
+    assert len(got) == expected
+    values = sorted(int(v[len(b"tick-"):]) for _p, _o, _k, v, _h in got)
+    assert values == list(range(expected))
+    for partition, _offset, key, value, headers in got:
+        assert int(key) == int(value[len(b"tick-"):]) % 50
+        assert partition == (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
+        assert headers == []
+
+
+def test_unreachable_broker_fails_the_job_naming_the_cause(spark: Any) -> None:
+    port = _closed_port()
+    df = spark.range(0, 20, numPartitions=1).selectExpr("CAST(id AS STRING) AS value")
+    writer = (df.write.format("kproducer").mode("append")
+              .option("kafka.bootstrap.servers", f"127.0.0.1:{port}").option("topic", "nowhere")
+              .option("kafka.max.block.ms", "1500").option("kafka.request.timeout.ms", "1000")
+              .option("kafka.delivery.timeout.ms", "2000").option("kafka.reconnect.backoff.max.ms", "200"))
+    with pytest.raises(Exception) as info:
+        writer.save()
+    text = str(info.value)
+    assert "SinkWriteError" in text and "KafkaTimeoutError" in text, text[-3000:]
+    assert f"127.0.0.1:{port}" in text
+    assert "not present in metadata" in text and "no broker is reachable" in text
+
+
+def test_bad_partition_mid_write_fails_after_earlier_rows_were_written(spark: Any, tansu: Any,
+                                                                       consume: Callable[..., Any]) -> None:
+    """A task that fails half-way: the rows of its first Arrow batches are in Kafka (at-least-once: a
+    retry would write them again), the job fails naming the bad partition."""
+    topic = _topic(tansu, "midway", partitions=2)
+    df = spark.range(0, 25_000, numPartitions=1).selectExpr(
+        "CAST(id AS STRING) AS value", "CAST(IF(id < 20000, id % 2, 9) AS INT) AS partition")
+    with pytest.raises(Exception) as info:
+        df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", tansu.bootstrap) \
+            .option("topic", topic).save()
+    text = str(info.value)
+    assert "SinkWriteError" in text and "partition 9 is not in the range [0..2)" in text, text[-3000:]
+    got = consume(tansu.bootstrap, topic, 2, 20_000, timeout=20)
+    assert len(got) == 20_000  # the first two Arrow batches (10,000 rows each) were delivered
+    assert Counter(p for p, *_ in got) == {0: 10_000, 1: 10_000}
+
+
+def test_automatic_registration_through_a_pyspark_module(spark: Any, tansu: Any,
+                                                         consume: Callable[..., Any]) -> None:
+    topic = _topic(tansu, "auto", partitions=1)
+    # "kproducer_autotest" is registered by PySpark itself from conftest's pyspark_kproducer_autotest module
+    (spark.range(5).selectExpr("CAST(id AS STRING) AS value").write.format("kproducer_autotest").mode("append")
+        .option("kafka.bootstrap.servers", tansu.bootstrap).option("topic", topic).save())
+    assert sorted(v for _p, _o, _k, v, _h in consume(tansu.bootstrap, topic, 1, 5)) == [b"0", b"1", b"2", b"3", b"4"]
+
+
+# -- driver-side validation: the write fails during planning, before any Spark job runs ------------------
+
+VALID = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"}
+
+
+def _no_job_ran(spark: Any, group: str) -> bool:
+    return not spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+
+
+@pytest.mark.parametrize("select, options, mode, message", [
+    (["CAST(id AS STRING) AS payload"], VALID, "append", "required column 'value' (string or binary) not found"),
+    (["id AS value"], VALID, "append", "column 'value' must be string or binary, not bigint"),
+    (["'v' AS value", "1.5 AS key"], VALID, "append", "column 'key' must be string or binary"),
+    (["'v' AS value", "'3' AS partition"], VALID, "append", "column 'partition' must be int, not string"),
+    (["'v' AS value", "array('a') AS headers"], VALID, "append",
+     "column 'headers' must be array<struct<key:string,value:binary>>, not array<string>"),
+    (["'v' AS value"], {"kafka.bootstrap.servers": "127.0.0.1:9"}, "append", "no topic"),
+    (["'v' AS value"], {"topic": "t"}, "append", "option 'kafka.bootstrap.servers' is required"),
+    (["'v' AS value"], dict(VALID, **{"kafka.linger.msx": "5"}), "append",
+     "unknown option 'kafka.linger.msx': 'linger.msx' is not a kproducer producer setting; did you mean "
+     "'kafka.linger.ms'?"),
+    (["'v' AS value"], dict(VALID, **{"kafka.acks": "2"}), "append", "acks must be 0, 1 or 'all'"),
+    (["'v' AS value"], dict(VALID, **{"kafka.key.serializer": "x"}), "append",
+     "option 'kafka.key.serializer' is not supported"),
+    (["'v' AS value"], dict(VALID, **{"linger.ms": "5"}), "append", "e.g. 'kafka.linger.ms'"),
+    (["'v' AS value"], VALID, "overwrite", "save mode 'overwrite' is not supported"),
+    (["'v' AS value"], VALID, "errorifexists", "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
+    (["'v' AS value"], VALID, "ignore", "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
+])
+def test_driver_side_validation(spark: Any, select: List[str], options: Dict[str, str], mode: str,
+                                message: str) -> None:
+    from pyspark.errors import AnalysisException
+
+    group = f"validation-{uuid.uuid4().hex[:8]}"
+    spark.sparkContext.setJobGroup(group, "validation")
+    try:
+        writer = spark.range(3).selectExpr(*select).write.format("kproducer").mode(mode).options(**options)
+        with pytest.raises(AnalysisException) as info:
+            writer.save()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert message in str(info.value), str(info.value)
+    assert _no_job_ran(spark, group)
+
+
+def test_stream_validation_error_before_the_first_batch(spark: Any) -> None:
+    stream = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+    query = (stream.selectExpr("value").writeStream.format("kproducer")  # value is bigint
+             .option("kafka.bootstrap.servers", "127.0.0.1:9").option("topic", "t")
+             .option("checkpointLocation", tempfile.mkdtemp(prefix="kproducer-stream-bad-"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(Exception) as info:
+        query.awaitTermination(60)
+    assert "column 'value' must be string or binary, not bigint" in str(info.value)

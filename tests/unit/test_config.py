@@ -1,0 +1,235 @@
+"""ProducerConfig: Java's defaults, both naming styles, validation, and the settings that constrain others."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kproducer.config import SETTINGS, ProducerConfig, canonical_name, parse_servers
+from kproducer.errors import ConfigError
+
+BOOT = {"bootstrap_servers": "127.0.0.1:9092"}
+
+
+def cfg(**kw: Any) -> ProducerConfig:
+    return ProducerConfig(**{**BOOT, **kw})
+
+
+def test_defaults_equal_javas() -> None:
+    c = cfg()
+    java_defaults = {
+        "acks": -1,  # "all" since Kafka 3.0
+        "linger.ms": 5,  # since Kafka 4.0
+        "batch.size": 16384,
+        "buffer.memory": 33554432,
+        "max.block.ms": 60000,
+        "max.request.size": 1048576,
+        "request.timeout.ms": 30000,
+        "delivery.timeout.ms": 120000,
+        "retries": 2147483647,
+        "retry.backoff.ms": 100,
+        "retry.backoff.max.ms": 1000,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 1000,
+        "max.in.flight.requests.per.connection": 5,
+        "metadata.max.age.ms": 300000,
+        "metadata.max.idle.ms": 300000,
+        "enable.idempotence": True,
+        "transactional.id": None,
+        "transaction.timeout.ms": 60000,
+        "partitioner.ignore.keys": False,
+        "connections.max.idle.ms": 540000,
+        "socket.connection.setup.timeout.ms": 10000,
+        "send.buffer.bytes": 131072,
+        "receive.buffer.bytes": 32768,
+        "security.protocol": "PLAINTEXT",
+        "client.id": "",
+        "compression.type": 0,  # none
+    }
+    values = c.as_dict()
+    for name, default in java_defaults.items():
+        assert values[name] == default, name
+    assert c.bootstrap_servers == [("127.0.0.1", 9092)]
+    assert c.explicit == {"bootstrap.servers"}
+
+
+def test_every_setting_is_reachable_by_both_names() -> None:
+    for java, s in SETTINGS.items():
+        assert canonical_name(java) == java
+        assert canonical_name(s.alias) == java
+        assert s.alias == java.replace(".", "_")
+
+
+def test_java_names_and_python_aliases_are_equivalent() -> None:
+    a = ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 7, "batch.size": 100})
+    b = ProducerConfig(bootstrap_servers="h:1", linger_ms=7, batch_size=100)
+    c = ProducerConfig({"bootstrap.servers": "h:1"}, linger_ms=7, batch_size=100)
+    assert a.as_dict() == b.as_dict() == c.as_dict()
+    assert a.linger_ms == 7 and a.explicit == {"bootstrap.servers", "linger.ms", "batch.size"}
+
+
+def test_partitioner_class_alias() -> None:
+    def part(topic: str, key: Any, value: Any, n: int) -> int:
+        return 0
+
+    assert cfg(partitioner_class=part).partitioner is part
+    assert ProducerConfig({"bootstrap.servers": "h:1", "partitioner.class": part}).partitioner is part
+
+
+def test_the_same_setting_twice_with_different_values_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="linger.ms is given twice"):
+        ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 1}, linger_ms=2)
+    assert ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 1}, linger_ms=1).linger_ms == 1
+
+
+@pytest.mark.parametrize("typo,closest", [
+    ("linger.msec", "linger.ms"),
+    ("lingr_ms", "linger_ms"),
+    ("bootstrap_server", "bootstrap_servers"),
+    ("batchsize", "batch_size"),
+    ("enable.idempotency", "enable.idempotence"),
+    ("max.in.flight.requests", "max.in.flight.requests.per.connection"),
+])
+def test_unknown_setting_names_the_closest_valid_one(typo: str, closest: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        ProducerConfig({"bootstrap.servers": "h:1", typo: 1})
+    msg = str(info.value)
+    assert repr(typo) in msg and f"did you mean {closest!r}" in msg
+
+
+def test_unknown_setting_with_nothing_close() -> None:
+    with pytest.raises(ConfigError, match="unknown producer setting 'qqqqqqqqqqq'") as info:
+        cfg(qqqqqqqqqqq=1)
+    assert "did you mean" not in str(info.value)
+
+
+def test_config_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        cfg(linger_ms="soon")
+
+
+@pytest.mark.parametrize("name,value,fragment", [
+    ("linger_ms", "soon", "linger.ms must be an integer"),
+    ("linger_ms", True, "linger.ms must be an integer"),
+    ("linger_ms", 1.5, "linger.ms must be an integer"),
+    ("linger_ms", [5], "linger.ms must be an integer"),
+    ("linger_ms", -1, "linger.ms must be at least 0"),
+    ("linger_ms", 2 ** 31, "32 bits"),
+    ("buffer_memory", 0, "buffer.memory must be at least 1"),
+    ("max_in_flight_requests_per_connection", 0, "at least 1"),
+    ("compression_gzip_level", 10, "at most 9"),
+    ("acks", 2, "acks must be 0, 1 or 'all'"),
+    ("acks", "some", "acks must be 0, 1 or 'all'"),
+    ("enable_idempotence", "yes", "enable.idempotence must be true or false"),
+    ("enable_idempotence", 1, "enable.idempotence must be true or false"),
+    ("client_id", 5, "client.id must be a string"),
+    ("transactional_id", 5, "transactional.id must be a string"),
+    ("key_serializer", "str.encode", "key.serializer must be callable"),
+    ("compression_type", "lzma", "compression.type"),
+    ("security_protocol", "SSL", "not supported"),
+])
+def test_type_and_range_errors_name_the_setting(name: str, value: Any, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg(**{name: value})
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("linger_ms", "10", 10),
+    ("linger_ms", 10.0, 10),
+    ("acks", "all", -1),
+    ("acks", "-1", -1),
+    ("acks", -1, -1),
+    ("acks", "1", 1),
+    ("acks", 0, 0),
+    ("enable_idempotence", "False", False),
+    ("enable_idempotence", "true", True),
+    ("buffer_memory", 2 ** 33, 2 ** 33),  # a long in Java
+    ("transactional_id", "", None),
+    ("compression_type", "gzip", 1),
+    ("security_protocol", "plaintext", "PLAINTEXT"),
+])
+def test_values_are_converted(name: str, value: Any, expected: Any) -> None:
+    assert getattr(cfg(**{name: value}), name) == expected
+
+
+def test_bootstrap_servers_forms() -> None:
+    assert parse_servers("a:1, b:2,") == [("a", 1), ("b", 2)]
+    assert parse_servers(["a:1", "b:2"]) == [("a", 1), ("b", 2)]
+    assert parse_servers("[::1]:9092") == [("::1", 9092)]
+    for bad in ("a", "a:0", "a:65536", "a:x", "", ",", 5):
+        with pytest.raises(ConfigError):
+            parse_servers(bad)
+    with pytest.raises(ConfigError, match="bootstrap.servers is required"):
+        ProducerConfig()
+
+
+def test_setting_names_must_be_strings() -> None:
+    with pytest.raises(ConfigError, match="must be strings"):
+        ProducerConfig({"bootstrap.servers": "h:1", 5: 1})  # type: ignore[dict-item]
+
+
+# -- idempotence -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,alias,value", [
+    ("acks", "acks", 1),
+    ("acks", "acks", 0),
+    ("retries", "retries", 0),
+    ("max.in.flight.requests.per.connection", "max_in_flight_requests_per_connection", 6),
+])
+def test_explicit_idempotence_conflicts_name_both_settings(name: str, alias: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg(enable_idempotence=True, **{alias: value})
+    msg = str(info.value)
+    assert "enable.idempotence" in msg and name in msg
+
+
+@pytest.mark.parametrize("alias,value", [
+    ("acks", 1), ("acks", 0), ("retries", 0), ("max_in_flight_requests_per_connection", 6),
+])
+def test_default_idempotence_gives_way_silently(alias: str, value: Any) -> None:
+    c = cfg(**{alias: value})
+    assert c.enable_idempotence is False
+    assert getattr(c, alias) == value
+
+
+def test_idempotence_compatible_settings() -> None:
+    c = cfg(enable_idempotence=True, acks="all", retries=3, max_in_flight_requests_per_connection=5)
+    assert c.enable_idempotence is True
+    assert cfg(enable_idempotence=False, acks=1).enable_idempotence is False
+
+
+def test_transactions_require_idempotence() -> None:
+    assert cfg(transactional_id="tx").enable_idempotence is True
+    with pytest.raises(ConfigError, match="transactional.id requires enable.idempotence"):
+        cfg(transactional_id="tx", enable_idempotence=False)
+    with pytest.raises(ConfigError, match="acks"):
+        cfg(transactional_id="tx", acks=1)
+
+
+# -- delivery.timeout.ms -----------------------------------------------------------------------------
+
+
+def test_explicit_delivery_timeout_below_linger_plus_request_timeout_is_an_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg(delivery_timeout_ms=1000, linger_ms=5, request_timeout_ms=30000)
+    msg = str(info.value)
+    assert "delivery.timeout.ms=1000" in msg and "linger.ms" in msg and "request.timeout.ms" in msg
+    assert "30005" in msg
+    assert cfg(delivery_timeout_ms=30005, linger_ms=5, request_timeout_ms=30000).delivery_timeout_ms == 30005
+
+
+def test_default_delivery_timeout_grows_to_linger_plus_request_timeout() -> None:
+    c = cfg(request_timeout_ms=200_000, linger_ms=10)
+    assert c.delivery_timeout_ms == 200_010
+
+
+def test_backoff_maximums_are_at_least_the_initial_values() -> None:
+    c = cfg(retry_backoff_ms=2000, reconnect_backoff_ms=3000)
+    assert c.retry_backoff_max_ms == 2000 and c.reconnect_backoff_max_ms == 3000
+
+
+def test_compression_level_follows_the_codec() -> None:
+    assert cfg(compression_type="gzip", compression_gzip_level=3).compression_level == 3
+    assert cfg(compression_type="none", compression_gzip_level=3).compression_level is None

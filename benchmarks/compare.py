@@ -111,7 +111,7 @@ def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, An
     import logging
 
     logging.getLogger("kafka").setLevel(logging.ERROR)
-    from kafka import KafkaProducer
+    from kafka import KafkaProducer  # type: ignore[import-untyped]
 
     kw: Dict[str, Any] = {"bootstrap_servers": args.bootstrap, "acks": "all", "linger_ms": LINGER_MS,
                           "batch_size": BATCH_SIZE}
@@ -142,7 +142,7 @@ def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, An
 def child_aiokafka(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     import asyncio
 
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
     async def run() -> Dict[str, Any]:
         kw: Dict[str, Any] = {"bootstrap_servers": args.bootstrap, "acks": "all", "linger_ms": LINGER_MS,
@@ -292,7 +292,7 @@ def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
         import logging
 
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
     except ImportError:
         return None
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
@@ -377,7 +377,7 @@ def table(size: int, num: int, runs: List[Run]) -> str:
 
 def parent_main(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    from tansu import Tansu, topic_name  # tests/tansu.py
+    from tansu import Tansu, topic_name  # type: ignore[import-not-found]  # tests/tansu.py
 
     runs_by_size: List[Tuple[int, int]] = []
     if args.n100 > 0:
@@ -389,6 +389,7 @@ def parent_main(args: argparse.Namespace) -> int:
     env_line = (f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
                 + ", ".join(f"{k} {v}" for k, v in versions().items()))
     print(env_line, file=sys.stderr)
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     results: Dict[str, Any] = {"environment": env_line, "sizes": []}
     broker = Tansu().start()
     try:
@@ -429,8 +430,10 @@ def parent_main(args: argparse.Namespace) -> int:
                 {"label": r.label, "result": r.result, "error": r.error, "verified": r.verified} for r in runs]})
     finally:
         broker.close()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print()
-    print(env_line + (f"; best of {args.repeat}" if args.repeat > 1 else ""))
+    print(env_line + (f"; best of {args.repeat}" if args.repeat > 1 else "") +
+          f"; load average {load_start:.1f} at start, {load:.1f} at end")
     print()
     print("\n\n".join(out))
     if args.json:

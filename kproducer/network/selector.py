@@ -205,6 +205,11 @@ class Selector:
         """Queue one frame (the size prefix is added here)."""
         ch = self._channels.get(node_id)
         if ch is None or ch.state != ChannelState.CONNECTED:
+            if ch is None and node_id in self.disconnected:
+                # the connection died since the caller last consumed the results (e.g. an eager write
+                # of an earlier send failed): the frame is lost with it, and the pending disconnection
+                # makes the caller fail every request it had for this node, this one included
+                return
             raise ConnectionError(f"node {node_id} is not connected")
         ch.sends.append(memoryview(_SIZE.pack(len(payload)) + payload))
         if ch.current is None and len(ch.sends) == 1:

@@ -98,7 +98,8 @@ class RecordAccumulator:
                                                    -1 if value is None else len(value))
                         if callback is not None:
                             last.thunks.append((callback, fut))  # type: ignore[union-attr]
-                        return AppendResult(fut, len(dq) > 1, False)
+                        return AppendResult(fut, len(dq) > 1 or last.builder.estimated_size() >= self.batch_size,
+                                            False)
                     last.close_for_appends()
             self._appends_in_progress += 1
         try:

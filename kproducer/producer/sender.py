@@ -68,6 +68,7 @@ class Sender(threading.Thread):
         self.force_close = False
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
         self.fatal_error: Optional[BaseException] = None
+        self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
 
     # -- thread ----------------------------------------------------------------------------------
 
@@ -159,6 +160,16 @@ class Sender(threading.Thread):
         txn = self.txn
         assert txn is not None
         now = self.clock.monotonic_ms()
+        if self.fatal_error is not None:
+            # idempotence failed for good (send() raises it): never ask again; fail what is still queued
+            self.accumulator.abort_undrained_batches(self.fatal_error)
+            self.client.poll(self.retry_backoff_ms, now)
+            return True
+        wait = self._init_retry_at - now
+        if wait > 0:
+            # back off after a failed attempt, but wake up in time to expire queued batches
+            self.client.poll(min(wait, max(0.0, self.accumulator.next_batch_expiry_ms - now)), now)
+            return True
         node = self.client.least_loaded_node(now)
         if node is None or not self.client.ready(node, now):
             self.client.poll(self.retry_backoff_ms if node is None else 50, now)
@@ -173,12 +184,14 @@ class Sender(threading.Thread):
             txn.init_in_flight = False
             if resp.body is None:
                 log.debug("InitProducerId to node %s failed (disconnected); retrying", node)
+                self._init_retry_at = resp.received_ms + self.retry_backoff_ms
                 return
             err = resp.body["error_code"]
             if err:
                 exc = error_for_code(err)
                 if exc.retriable or err in (-1,):
-                    log.warning("InitProducerId failed with %s; retrying", exc)
+                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, self.retry_backoff_ms)
+                    self._init_retry_at = resp.received_ms + self.retry_backoff_ms
                     return
                 self._fail_idempotence(exc)
                 return
@@ -235,7 +248,9 @@ class Sender(threading.Thread):
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
                 f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
-                f"{acc.delivery_timeout_ms:.0f}); the batch was never sent"), False)
+                f"{acc.delivery_timeout_ms:.0f}); "
+                + ("the batch was never sent" if b.attempts == 0 else
+                   f"it was waiting to be retried after {b.attempts} failed attempt(s)")), False)
         for b in expired_in_flight:
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "

@@ -11,14 +11,22 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
+    ClusterAuthorizationFailedError,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
     TransactionError,
+    UnsupportedVersionError,
 )
 from .batch import ProducerBatch
 
 log = logging.getLogger(__name__)
+
+# a batch failing with one of these ends a transactional producer (Java's maybeTransitionToErrorState)
+_FATAL_BATCH_ERRORS = (ProducerFencedError, ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
+                       UnsupportedVersionError)
 
 TopicPartition = Tuple[str, int]
 NO_PRODUCER_ID = -1
@@ -271,7 +279,10 @@ class TransactionManager:
             if st is not None and batch in st.in_flight:
                 st.in_flight.remove(batch)
             if self.is_transactional:
-                if not isinstance(error, (TransactionError,)) and self.state == State.IN_TRANSACTION:
+                if isinstance(error, _FATAL_BATCH_ERRORS):
+                    if self.state != State.FATAL_ERROR:
+                        self.transition_to_fatal_error(error)
+                elif not isinstance(error, (TransactionError,)) and self.state == State.IN_TRANSACTION:
                     self.transition_to_abortable_error(error)
                 return
             if batch.has_sequence() and batch.producer_id == self.producer_id:

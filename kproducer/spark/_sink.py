@@ -111,6 +111,7 @@ class _Task:
         self.rows = 0
         self.bytes = 0
         self.offsets: OffsetRanges = {}
+        self.acked = 0
         self.pending: Deque[BatchSendFuture] = deque()
         self.topic: Optional[str] = None
 
@@ -120,6 +121,7 @@ class _Task:
             fut = pending[0]
             fut.wait(None)  # raises the first delivery error of these records
             pending.popleft()
+            self.acked += fut.count
             _merge(self.offsets, _offset_ranges(fut))
 
     def run(self, batches: Iterable[Any]) -> SinkCommitMessage:
@@ -143,11 +145,10 @@ class _Task:
         except BaseException as e:
             discard_producer(settings)
             where = f" to topic {self.topic!r}" if self.topic else ""
-            acked = sum(hi - lo + 1 for lo, hi in self.offsets.values())
             raise SinkWriteError(
                 f"kproducer sink: {self.what} task {partition_id} (attempt {attempt}) failed writing{where} "
                 f"via bootstrap.servers={self.opts.bootstrap_servers}: {type(e).__name__}: {e} "
-                f"[{self.rows} rows queued, {acked} acknowledged before the failure; rows already written "
+                f"[{self.rows} rows queued, at least {self.acked} acknowledged before the failure; rows already written "
                 "stay written, and Spark's task retry writes them again]") from e
         seconds = time.monotonic() - started
         log.info("kproducer sink: task %d wrote %d rows (%d bytes) in %.2f s (pid %d)", partition_id, self.rows,

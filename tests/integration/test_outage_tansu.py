@@ -148,8 +148,8 @@ class GatedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.gate.port}"
 
-    def start(self, topic_partitions: Optional[Dict[str, int]] = None) -> None:
-        """Run tansu, create the topics, then open the gate."""
+    def start(self, topic_partitions: Optional[Dict[str, int]] = None, open_gate: bool = True) -> None:
+        """Run tansu, create the topics, then open the gate (unless told not to)."""
         t = self.tansu
         env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"))
         self.proc = subprocess.Popen(
@@ -167,7 +167,8 @@ class GatedBroker:
                 time.sleep(0.01)
         for name, partitions in (topic_partitions or {}).items():
             t.create_topic(name, partitions)
-        self.gate.open()
+        if open_gate:
+            self.gate.open()
 
     def crash(self) -> None:
         """SIGKILL the broker and shut the gate: in-flight requests are lost, new connections refused."""
@@ -254,7 +255,8 @@ def test_records_queued_during_outage_are_delivered_after_restart(broker: GatedB
     futures: List[Any] = []
     # without idempotence only one request in flight per connection keeps retried batches in order (as in Java)
     producer = Producer(bootstrap_servers=broker.bootstrap, linger_ms=5, enable_idempotence=idempotent,
-                        max_in_flight_requests_per_connection=5 if idempotent else 1, allow_auto_create_topics=False, request_timeout_ms=3000, delivery_timeout_ms=30000,
+                        max_in_flight_requests_per_connection=5 if idempotent else 1,
+                        allow_auto_create_topics=False, request_timeout_ms=3000, delivery_timeout_ms=30000,
                         reconnect_backoff_ms=20, reconnect_backoff_max_ms=200, retry_backoff_max_ms=200)
     try:
         _stream(producer, tracker, sent, time.monotonic() + 0.7, futures)
@@ -266,8 +268,9 @@ def test_records_queued_during_outage_are_delivered_after_restart(broker: GatedB
         with tracker.lock:
             failed_early = [i for i, (_t, _md, exc) in tracker.done.items() if exc is not None]
         assert not failed_early, f"records failed during a short outage: {tracker.done[failed_early[0]]}"
-        broker.start({TOPIC: PARTITIONS})
-        t_restart = time.monotonic()
+        broker.start({TOPIC: PARTITIONS}, open_gate=False)
+        t_restart = time.monotonic()  # from here on, only the new broker can acknowledge anything
+        broker.gate.open()
         _stream(producer, tracker, sent, time.monotonic() + 0.5, futures)
         producer.flush(timeout=20)
         t_flushed = time.monotonic()
@@ -280,6 +283,7 @@ def test_records_queued_during_outage_are_delivered_after_restart(broker: GatedB
     errors = {i: exc for i, (_t, _md, exc) in tracker.done.items() if exc is not None}
     assert not errors, f"{len(errors)} records failed, e.g. {next(iter(errors.values()))!r}"
     assert t_flushed - t_restart < 15
+    assert time.monotonic() - t_start < 40  # a hang detector, not a benchmark: the machine may be busy
     # memory storage lost what the first broker stored: records acknowledged after the restart are the
     # ones in the new log -- every record sent during the outage among them
     after = {i for i, (t, _md, _exc) in tracker.done.items() if t >= t_restart}
@@ -303,7 +307,6 @@ def test_records_queued_during_outage_are_delivered_after_restart(broker: GatedB
         seq = int(m.value)
         assert seq > last.get(m.key, -1), f"{m.key!r}: {seq} stored after {last[m.key]}"
         last[m.key] = seq
-    assert time.monotonic() - t_start < 20
     del t_crash
 
 
@@ -358,11 +361,15 @@ def test_broker_stays_down_records_expire(broker: GatedBroker) -> None:
         t0 = time.monotonic()
         with pytest.raises(KafkaTimeoutError, match="never-created"):
             producer.send("never-created", b"x")
-        assert 0.7 <= time.monotonic() - t0 < 3
+        assert 0.7 <= time.monotonic() - t0 < 5
 
         # close() without a timeout: the queued records expire, then it returns
         last = [producer.send(TOPIC, b"at-close-%d" % i, key=b"c") for i in range(50)]
-        closer = threading.Thread(target=lambda: (producer.close(), closed.set()), daemon=True)
+        def close_then_signal() -> None:
+            producer.close()
+            closed.set()
+
+        closer = threading.Thread(target=close_then_signal, daemon=True)
         t0 = time.monotonic()
         closer.start()
         closer.join(delivery_ms / 1000 + 5)

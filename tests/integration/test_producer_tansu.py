@@ -169,7 +169,7 @@ def _headers(i: int, seq: int) -> List[Header]:
         return [("seq", b"%d" % seq), ("null-header", None)]
     if kind == 3:
         return [("ü-ключ", b"\x00\xff\x01"), ("dup", b"1"), ("dup", None), ("", b"")]
-    return [("big", bytes([i % 256]) * 300)]
+    return [("big", bytes([i % 256]) * 100)]
 
 
 def test_100k_records_byte_exact(tansu: Any, new_topic: Any) -> None:
@@ -254,7 +254,7 @@ def test_100k_records_byte_exact(tansu: Any, new_topic: Any) -> None:
 @pytest.mark.parametrize("acks", [0, 1, "all"])
 def test_acks(tansu: Any, new_topic: Any, acks: Any) -> None:
     topic = new_topic(partitions=PARTITIONS)
-    n = 3000
+    n = 10_000
     callbacks = Callbacks(n)
     records = [(b"k%d" % (i % 40), b"acks-%s-%d" % (str(acks).encode(), i)) for i in range(n)]
     with Producer(bootstrap_servers=tansu.bootstrap, acks=acks, enable_idempotence=acks == "all") as producer:
@@ -344,7 +344,8 @@ def test_compression_read_by_kafka_python(tansu: Any, new_topic: Any, codec: str
         pytest.importorskip(module)
     topic = new_topic(partitions=3)
     n = 5000
-    records = [(b"k%d" % (i % 30) if i % 4 else None, None if i % 11 == 0 else b"%s value %d " % (codec.encode(), i) * 5,
+    records = [(b"k%d" % (i % 30) if i % 4 else None,
+                None if i % 11 == 0 else b"%s value %d " % (codec.encode(), i) * 5,
                 [("h", b"%d" % i), ("z", None)] if i % 2 else [])
                for i in range(n)]
     with Producer(bootstrap_servers=tansu.bootstrap, compression_type=codec, linger_ms=20) as producer:

@@ -76,7 +76,7 @@ def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False, fetch_max_wait_ms=50, request_timeout_ms=15000,
-                             max_partition_fetch_bytes=4 * 1024 * 1024, client_id="kproducer-spark-tests")
+                             max_partition_fetch_bytes=4 * 1024 * 1024, check_crcs=False, client_id="kproducer-spark-tests")
     out: List[Read] = []
 
     def take(polled: Dict[Any, Sequence[Any]]) -> None:

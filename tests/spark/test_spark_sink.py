@@ -33,6 +33,9 @@ def _closed_port() -> int:
 def test_batch_write_100k_rows_keys_headers_partitions(spark: Any, tansu: Any, consume: Callable[..., Any]) -> None:
     topic = _topic(tansu, "batch")
     n = 100_000
+    # repartition by the partition column: two tasks write concurrently, but never to the same Kafka
+    # partition, because tansu 0.6 (memory storage) races when two producers append to one partition at
+    # once and answers UNKNOWN_SERVER_ERROR ("AlreadyExists ... .batch" in its log) -- a broker bug
     df = spark.range(0, n, numPartitions=4).selectExpr(
         "concat('key-', id) AS key",
         "CAST(concat('{\"id\":', id, ',\"pad\":\"', repeat('x', 40), '\"}') AS BINARY) AS value",
@@ -40,7 +43,7 @@ def test_batch_write_100k_rows_keys_headers_partitions(spark: Any, tansu: Any, c
         "array(named_struct('key', 'id', 'value', CAST(CAST(id AS STRING) AS BINARY)),"
         "      named_struct('key', 'source', 'value', CAST(NULL AS BINARY))) AS headers",
         "id AS extra_column_is_ignored",
-    )
+    ).repartition(2, "partition")
     (df.write.format("kproducer").mode("append")
        .option("kafka.bootstrap.servers", tansu.bootstrap).option("topic", topic)
        .option("kafka.linger.ms", "10").save())
@@ -59,6 +62,7 @@ def test_batch_write_100k_rows_keys_headers_partitions(spark: Any, tansu: Any, c
         assert headers == [("id", str(rid).encode()), ("source", None)]
         per_partition[partition].append(offset)
     assert sorted(ids) == list(range(n)), "every row exactly once"
+    # within a partition the rows of one task keep their order (here: one task per partition)
     for partition, offsets in per_partition.items():
         assert sorted(offsets) == list(range(len(offsets))), f"partition {partition}: no gaps, no extra records"
     assert set(per_partition) == set(range(PARTITIONS))
@@ -71,7 +75,7 @@ def test_stream_three_micro_batches(spark: Any, tansu: Any, consume: Callable[..
     rows_per_batch = 1000
     checkpoint = tempfile.mkdtemp(prefix="kproducer-stream-ck-")
     stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows_per_batch)
-              .option("numPartitions", 2).load()
+              .option("numPartitions", 1).load()  # one writer per micro-batch: see the tansu race above
               .selectExpr(f"'{topic}' AS topic", "CAST(value % 50 AS STRING) AS key",
                           "concat('tick-', value) AS value"))
     batch_ids = []
@@ -137,6 +141,7 @@ def test_automatic_registration_through_a_pyspark_module(spark: Any, tansu: Any,
 
 
 # -- driver-side validation: the write fails during planning, before any Spark job runs ------------------
+# (every other message of the option and schema checks is covered without Spark in test_spark_units.py)
 
 VALID = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"}
 
@@ -148,23 +153,17 @@ def _no_job_ran(spark: Any, group: str) -> bool:
 @pytest.mark.parametrize("select, options, mode, message", [
     (["CAST(id AS STRING) AS payload"], VALID, "append", "required column 'value' (string or binary) not found"),
     (["id AS value"], VALID, "append", "column 'value' must be string or binary, not bigint"),
-    (["'v' AS value", "1.5 AS key"], VALID, "append", "column 'key' must be string or binary"),
-    (["'v' AS value", "'3' AS partition"], VALID, "append", "column 'partition' must be int, not string"),
     (["'v' AS value", "array('a') AS headers"], VALID, "append",
      "column 'headers' must be array<struct<key:string,value:binary>>, not array<string>"),
-    (["'v' AS value"], {"kafka.bootstrap.servers": "127.0.0.1:9"}, "append", "no topic"),
     (["'v' AS value"], {"topic": "t"}, "append", "option 'kafka.bootstrap.servers' is required"),
     (["'v' AS value"], dict(VALID, **{"kafka.linger.msx": "5"}), "append",
      "unknown option 'kafka.linger.msx': 'linger.msx' is not a kproducer producer setting; did you mean "
      "'kafka.linger.ms'?"),
-    (["'v' AS value"], dict(VALID, **{"kafka.acks": "2"}), "append", "acks must be 0, 1 or 'all'"),
-    (["'v' AS value"], dict(VALID, **{"kafka.key.serializer": "x"}), "append",
-     "option 'kafka.key.serializer' is not supported"),
-    (["'v' AS value"], dict(VALID, **{"linger.ms": "5"}), "append", "e.g. 'kafka.linger.ms'"),
     (["'v' AS value"], VALID, "overwrite", "save mode 'overwrite' is not supported"),
     (["'v' AS value"], VALID, "errorifexists", "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
     (["'v' AS value"], VALID, "ignore", "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"),
-])
+], ids=["no-value", "value-type", "headers-type", "no-bootstrap", "unknown-setting", "overwrite", "errorifexists",
+        "ignore"])
 def test_driver_side_validation(spark: Any, select: List[str], options: Dict[str, str], mode: str,
                                 message: str) -> None:
     from pyspark.errors import AnalysisException

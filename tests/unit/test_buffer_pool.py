@@ -189,3 +189,46 @@ def test_close_wakes_waiters_with_an_error_and_refuses_new_allocations() -> None
     assert pool.queued() == 0
     with pytest.raises(KafkaError, match="closed"):
         pool.allocate(1, 0)
+
+
+class GatedClock(Clock):
+    """Real waits, except that one thread, once woken, parks at a gate (with the pool's lock released)
+    before it can take memory: the moment right after a deallocate() when memory is free but the head
+    waiter has not collected it yet."""
+
+    def __init__(self) -> None:
+        self.gated: Optional[threading.Thread] = None
+        self.parked = threading.Event()
+        self.gate = threading.Event()
+
+    def wait(self, cond: threading.Condition, timeout_ms: Optional[float]) -> bool:
+        woke = super().wait(cond, timeout_ms)
+        if threading.current_thread() is self.gated and not self.gate.is_set():
+            self.parked.set()
+            cond.release()
+            try:
+                self.gate.wait(10)
+            finally:
+                cond.acquire()
+        return woke
+
+
+def test_free_memory_goes_to_the_head_waiter_not_to_a_newcomer() -> None:
+    clock = GatedClock()
+    pool = BufferPool(100, 10, clock)
+    pool.allocate(100, 0)
+    head = Allocator(pool, 50, 10_000, "head")
+    clock.gated = head
+    head.start()
+    wait_for(lambda: pool.queued() == 1)
+    pool.deallocate(20)
+    assert clock.parked.wait(5)  # the head was woken and has not collected the 20 bytes yet
+    assert pool.available_memory() == 20
+    with pytest.raises(BufferExhaustedError):
+        pool.allocate(5, 0)  # free memory, but someone waits first: no jumping the queue
+    assert pool.available_memory() == 20
+    clock.gate.set()
+    wait_for(lambda: pool.available_memory() == 0)  # the head collected it
+    pool.deallocate(30)
+    head.join(5)
+    assert head.result == 50

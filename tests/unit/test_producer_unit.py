@@ -322,3 +322,59 @@ def test_partitions_for_and_metrics(env: Env) -> None:
     assert stats["record-send-total"] == 1 and stats["record-ack-total"] == 1
     assert stats["buffer-available-bytes"] == stats["buffer-total-bytes"]
     assert stats["requests-in-flight"] == 0
+
+
+def test_flush_from_a_callback_is_refused_and_close_from_a_callback_does_not_deadlock(env: Env) -> None:
+    p = env.producer()
+    outcome: List[Any] = []
+
+    def cb(md: Any, e: Any) -> None:
+        try:
+            p.flush()
+        except Exception as exc:  # noqa: B902
+            outcome.append(exc)
+        p.close()  # on the sender thread: must not wait for itself
+        outcome.append("closed")
+
+    p.send("t", value=b"v", callback=cb).get(5)
+    wait_for(lambda: len(outcome) == 2)
+    assert "deadlock" in str(outcome[0]) and outcome[1] == "closed"
+    wait_for(lambda: not p._sender.is_alive())
+    with pytest.raises(ProducerClosedError):
+        p.send("t", value=b"v")
+
+
+def test_a_fatal_producer_id_error_is_raised_by_later_sends(env: Env) -> None:
+    from kproducer.errors import ClusterAuthorizationFailedError
+    env.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 31, "producer_id": -1,
+                                                                  "producer_epoch": -1}
+    p = env.producer()
+    try:  # the error may come back before or after this record was queued
+        err = p.send("t", value=b"v").exception(5)
+    except ClusterAuthorizationFailedError as e:
+        err = e
+    assert isinstance(err, ClusterAuthorizationFailedError)
+    with pytest.raises(ClusterAuthorizationFailedError):
+        p.send("t", value=b"v")
+    time.sleep(0.1)
+    assert len(env.selector.sent(m.INIT_PRODUCER_ID)) == 1  # no retry loop after a fatal error
+
+
+def test_a_non_retriable_metadata_error_fails_send_at_once(env: Env) -> None:
+    from kproducer.errors import TopicAuthorizationFailedError
+    default = env.selector.handlers[m.METADATA.key]
+
+    def metadata(req: Any) -> Any:
+        body = default(req)
+        for t in body["topics"]:
+            if t["name"] == "secret":
+                t["error_code"] = 29
+        return body
+
+    env.selector.handlers[m.METADATA.key] = metadata
+    env.selector.add_topic("secret", 1)
+    p = env.producer(max_block_ms=30_000)
+    start = time.monotonic()
+    with pytest.raises(TopicAuthorizationFailedError):
+        p.send("secret", value=b"v")
+    assert time.monotonic() - start < 5  # not after max.block.ms

@@ -286,6 +286,34 @@ def test_delivery_timeout_bounds_retries() -> None:
     assert len(h.produce_requests()) >= 5
 
 
+def test_a_retriable_error_after_the_delivery_deadline_is_not_retried() -> None:
+    h = Harness(delivery_timeout_ms=40_000, request_timeout_ms=30_000)
+    h.boot()
+    take_down(h)
+    start = h.now
+    fut = h.send()
+    h.advance(15_000)  # queued while the leader is away, so the request is out when the deadline passes
+    h.selector.down.clear()
+    h.selector.script(m.PRODUCE, HOLD)
+    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
+    h.advance(start + 40_000 - 1 - h.now)
+    h.run()
+    assert not fut.done()
+    # the broker's retriable error is read just after the deadline has passed
+    h.selector.respond(h.selector.held(m.PRODUCE)[0], 7)
+    real_poll = h.selector.poll
+
+    def slow_poll(timeout_ms: float) -> None:
+        h.advance(2)
+        real_poll(timeout_ms)
+
+    h.selector.poll = slow_poll  # type: ignore[method-assign]
+    h.run()
+    assert fut.done()
+    assert isinstance(fut.exception(0), RequestTimedOutError)  # failed with the broker's error, not retried
+    assert h.sender.metrics.retries == 0 and fut._resolve().attempts == 0
+
+
 def test_a_queued_batch_expires_after_delivery_timeout() -> None:
     h = Harness(delivery_timeout_ms=5000, request_timeout_ms=1000, idle_advance=True)
     h.boot()
@@ -618,21 +646,53 @@ def test_duplicate_sequence_is_counted_as_success() -> None:
     assert len(h.produce_requests()) == 1
 
 
-def test_init_producer_id_retriable_error_is_retried() -> None:
-    h = Harness(enable_idempotence=True)
-    h.selector.script(m.INIT_PRODUCER_ID, {"error_code": 15, "producer_id": -1, "producer_epoch": -1})
-    h.boot()
+def test_init_producer_id_retriable_error_is_retried_after_the_backoff() -> None:
+    h = Harness(enable_idempotence=True, retry_backoff_ms=100)
+    failed = {"error_code": 15, "producer_id": -1, "producer_epoch": -1}  # COORDINATOR_NOT_AVAILABLE
+    h.selector.script(m.INIT_PRODUCER_ID, failed, failed)
+    h.run_until(lambda: len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1)
+    h.run(10)
+    assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1  # no hammering the broker: it waits
+    assert h.selector.poll_timeouts[-1] == 100
+    h.advance(100)
+    h.run_until(lambda: len(h.selector.sent(m.INIT_PRODUCER_ID)) == 2)
+    h.advance(99)
+    h.run(5)
     assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 2
+    h.advance(1)
+    h.boot()
+    times = [r.written_ms for r in h.selector.sent(m.INIT_PRODUCER_ID)]
+    assert [b - a for a, b in zip(times, times[1:])] == [100, 100]
     assert h.txn is not None and h.txn.producer_id == 4000
 
 
-def test_init_producer_id_fatal_error_fails_queued_records() -> None:
+def test_records_expire_while_no_broker_gives_a_producer_id() -> None:
+    h = Harness(enable_idempotence=True, delivery_timeout_ms=2000, request_timeout_ms=1000, idle_advance=True)
+    h.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 15, "producer_id": -1,
+                                                                "producer_epoch": -1}
+    when: List[float] = []
+    start = h.now
+    fut = h.send(callback=lambda md, e: when.append(h.now))
+    h.run_until(fut.done, max_iterations=2000)
+    assert isinstance(fut.exception(0), KafkaTimeoutError)
+    assert [t - start for t in when] == [2000]  # exactly at delivery.timeout.ms
+    # retried every retry.backoff.ms (100), not in a tight loop
+    assert 10 <= len(h.selector.sent(m.INIT_PRODUCER_ID)) <= 21 and h.produce_requests() == []
+
+
+def test_init_producer_id_fatal_error_fails_queued_records_and_is_not_retried() -> None:
     h = Harness(enable_idempotence=True)
-    h.selector.script(m.INIT_PRODUCER_ID, {"error_code": 31, "producer_id": -1, "producer_epoch": -1})
+    h.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 31, "producer_id": -1,
+                                                                "producer_epoch": -1}
     fut = h.send()
     h.run_until(lambda: h.sender.fatal_error is not None)
     assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
     assert isinstance(fut.exception(0), ClusterAuthorizationFailedError)
+    late = h.accumulator.append("t", 1, 1, None, b"late", None, None, 0, h.now).future  # raced send()
+    h.run(50)
+    assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1  # a fatal error is not retried
+    assert isinstance(late.exception(0), ClusterAuthorizationFailedError)
+    assert h.produce_requests() == []
 
 
 # -- closing ---------------------------------------------------------------------------------------

@@ -1,0 +1,257 @@
+"""The sink's pieces without a SparkSession: option and schema checks, Arrow -> send_batch groups, the
+per-process producer cache, and a writer's write() called directly against tansu."""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Dict, List
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from kproducer.errors import ConfigError
+from kproducer.spark import (
+    ColumnPlan,
+    KafkaBatchWriter,
+    SinkCommitMessage,
+    SinkDataError,
+    SinkSchemaError,
+    SinkWriteError,
+    check_schema,
+    parse_options,
+    summarize,
+)
+from kproducer.spark import _producers
+from kproducer.spark._arrow import groups
+from kproducer.spark._sink import KafkaStreamWriter, _rows_to_batches
+
+pytestmark = [pytest.mark.spark]
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+HEADERS_T = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+ARROW_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+# -- options -------------------------------------------------------------------------------------------
+
+def test_options_split_into_topic_and_producer_settings() -> None:
+    opts = parse_options({"kafka.bootstrap.servers": "h:1,h:2", "topic": "events", "kafka.linger.ms": "20",
+                          "kafka.compression.type": "gzip", "kafka.enable.idempotence": "false",
+                          "checkpointLocation": "/tmp/x"})
+    assert opts.topic == "events"
+    assert opts.settings == {"bootstrap.servers": "h:1,h:2", "linger.ms": "20", "compression.type": "gzip",
+                             "enable.idempotence": "false"}
+    assert opts.bootstrap_servers == "h:1,h:2"
+
+
+def test_option_names_are_case_insensitive_and_aliases_work() -> None:
+    opts = parse_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Kafka.Linger_Ms": "3"})
+    assert opts.settings == {"bootstrap.servers": "h:1", "linger.ms": "3"} and opts.topic is None
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, "option 'kafka.bootstrap.servers' is required"),
+    ({"kafka.bootstrap.servers": " "}, "option 'kafka.bootstrap.servers' is required"),
+    ({"kafka.bootstrap.servers": "nohostport"}, "bootstrap.servers entry 'nohostport' is not host:port"),
+    (dict(BOOT, **{"kafka.batch.sise": "1"}), "did you mean 'kafka.batch.size'?"),
+    (dict(BOOT, **{"kafka.nonsense": "1"}), "unknown option 'kafka.nonsense'"),
+    (dict(BOOT, **{"kafka.linger.ms": "soon"}), "linger.ms must be an integer, got 'soon'"),
+    (dict(BOOT, **{"kafka.acks": "2"}), "acks must be 0, 1 or 'all'"),
+    (dict(BOOT, **{"kafka.value.serializer": "x"}), "option 'kafka.value.serializer' is not supported"),
+    (dict(BOOT, **{"kafka.partitioner": "x"}), "compute a 'partition' column instead"),
+    (dict(BOOT, **{"kafka.transactional.id": "x"}), "cannot use transactions"),
+    (dict(BOOT, **{"kafka.enable.idempotence": "true", "kafka.acks": "1"}), "requires acks to be all"),
+    (dict(BOOT, **{"bootstrap.servers": "h:1"}), "e.g. 'kafka.bootstrap.servers'"),
+    (dict(BOOT, topik="t"), "unknown option 'topik'; did you mean 'topic'?"),
+    (dict(BOOT, topic=""), "option 'topic' is empty"),
+    (dict(BOOT, path="events"), "the kproducer sink takes no path"),
+])
+def test_bad_options(options: Dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options(options)
+    assert message in str(info.value)
+
+
+def test_unrelated_unknown_options_are_ignored() -> None:
+    assert parse_options(dict(BOOT, includeHeaders="true")).settings == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+# -- schema --------------------------------------------------------------------------------------------
+
+def _schema(**cols: Any) -> StructType:
+    return StructType([StructField(n, t) for n, t in cols.items()])
+
+
+def test_schema_plan() -> None:
+    full = _schema(key=StringType(), value=BinaryType(), topic=StringType(), partition=IntegerType(),
+                   headers=HEADERS_T, other=DoubleType())
+    assert check_schema(full, None) == ColumnPlan(True, True, True, True, None)
+    # the option topic wins over the column
+    assert check_schema(full, "t") == ColumnPlan(True, False, True, True, "t")
+    assert check_schema(_schema(value=StringType(), partition=LongType()), "t") == \
+        ColumnPlan(False, False, True, False, "t")
+
+
+@pytest.mark.parametrize("schema, topic, message", [
+    (_schema(payload=StringType()), "t", "required column 'value' (string or binary) not found"),
+    (_schema(Value=StringType()), "t", "there is a column 'Value'"),
+    (_schema(value=LongType()), "t", "column 'value' must be string or binary, not bigint"),
+    (_schema(value=StringType(), key=IntegerType()), "t", "column 'key' must be string or binary, not int"),
+    (_schema(value=StringType(), topic=IntegerType()), None, "column 'topic' must be string, not int"),
+    (_schema(value=StringType(), partition=StringType()), "t", "column 'partition' must be int, not string"),
+    (_schema(value=StringType(), headers=ArrayType(StringType())), "t",
+     "column 'headers' must be array<struct<key:string,value:binary>>, not array<string>"),
+    (_schema(value=StringType(), headers=ArrayType(StructType([StructField("key", BinaryType()),
+                                                                StructField("value", BinaryType())]))), "t",
+     "column 'headers' must be"),
+    (_schema(value=StringType()), None, "no topic: set .option('topic', 'name') or add a string column 'topic'"),
+])
+def test_bad_schemas(schema: StructType, topic: Any, message: str) -> None:
+    with pytest.raises(SinkSchemaError) as info:
+        check_schema(schema, topic)
+    assert message in str(info.value)
+
+
+def test_all_schema_problems_in_one_message() -> None:
+    with pytest.raises(SinkSchemaError) as info:
+        check_schema(_schema(value=LongType(), key=LongType()), "t")
+    assert "column 'value' must be" in str(info.value) and "column 'key' must be" in str(info.value)
+
+
+# -- Arrow -> groups -----------------------------------------------------------------------------------
+
+def _batch(**cols: Any) -> Any:
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def test_groups_single_topic_and_partition_column() -> None:
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array(["a", "b", "c", "d", "e"]), pa.array([b"k1", None, b"k3", b"k4", b"k5"]),
+         pa.array([1, 0, 1, None, 0], pa.int32()),
+         pa.array([[("h", b"1")], None, [], [("x", None), ("y", b"2")], None], ARROW_HEADERS)],
+        names=["value", "key", "partition", "headers"])
+    got = list(groups(rb, ColumnPlan(True, False, True, True, "t")))
+    assert [(g.topic, g.partition, g.values, g.keys, g.headers) for g in got] == [
+        ("t", 0, [b"b", b"e"], [None, b"k5"], None),
+        ("t", 1, [b"a", b"c"], [b"k1", b"k3"], [[("h", b"1")], None]),
+        ("t", None, [b"d"], [b"k4"], [[("x", None), ("y", b"2")]]),
+    ]
+    assert sum(g.nbytes for g in got) == 5 + 8 + (1 + 1) + (1 + 1 + 1)
+
+
+def test_groups_by_topic_column_keep_row_order() -> None:
+    rb = _batch(value=[f"v{i}".encode() for i in range(6)], topic=["x", "y", "x", "z", "y", "x"])
+    got = {g.topic: g.values for g in groups(rb, ColumnPlan(False, True, False, False, None))}
+    assert got == {"x": [b"v0", b"v2", b"v5"], "y": [b"v1", b"v4"], "z": [b"v3"]}
+
+
+def test_groups_one_partition_value_and_all_null_partitions() -> None:
+    plan = ColumnPlan(False, False, True, False, "t")
+    one = list(groups(_batch(value=["a", "b"], partition=pa.array([3, 3], pa.int64())), plan))
+    assert [(g.partition, g.values) for g in one] == [(3, [b"a", b"b"])]
+    none = list(groups(_batch(value=["a", None], partition=pa.array([None, None], pa.int32())), plan))
+    assert [(g.partition, g.values) for g in none] == [(None, [b"a", None])]
+
+
+def test_groups_of_a_sliced_batch() -> None:
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array([f"v{i}" for i in range(10)]),
+         pa.array([[("i", str(i).encode())] if i % 3 else None for i in range(10)], ARROW_HEADERS),
+         pa.array([i % 2 for i in range(10)], pa.int32())],
+        names=["value", "headers", "partition"]).slice(3, 5)
+    got = {g.partition: (g.values, g.headers) for g in groups(rb, ColumnPlan(False, False, True, True, "t"))}
+    assert got == {
+        0: ([b"v4", b"v6"], [[("i", b"4")], None]),
+        1: ([b"v3", b"v5", b"v7"], [None, [("i", b"5")], [("i", b"7")]]),
+    }
+
+
+def test_null_topic_without_topic_option_is_an_error() -> None:
+    with pytest.raises(SinkDataError, match="1 row\\(s\\) have a null topic"):
+        list(groups(_batch(value=["a", "b"], topic=["x", None]), ColumnPlan(False, True, False, False, None)))
+
+
+def test_rows_to_batches_for_pyspark_4_0_stream_writers() -> None:
+    from pyspark.sql import Row
+
+    schema = _schema(value=StringType(), key=BinaryType(), headers=HEADERS_T, other=DoubleType())
+    rows = [Row(value="a", key=b"k", headers=[Row(key="h", value=b"1")], other=1.0),
+            Row(value=None, key=None, headers=None, other=2.0)]
+    (rb,) = list(_rows_to_batches(iter(rows), schema))
+    assert rb.schema.names == ["value", "key", "headers"]
+    assert rb.to_pylist() == [{"value": "a", "key": b"k", "headers": [{"key": "h", "value": b"1"}]},
+                              {"value": None, "key": None, "headers": None}]
+
+
+# -- producers and writers, without Spark ----------------------------------------------------------------
+
+def test_summarize_commit_messages() -> None:
+    a = SinkCommitMessage(3, 30, {("t", 0): (0, 2)}, 0)
+    b = SinkCommitMessage(2, 20, {("t", 0): (3, 4), ("t", 1): (0, 1)}, 1)
+    assert summarize([a, None, b]) == (5, 50, {("t", 0): (0, 4), ("t", 1): (0, 1)})
+
+
+@pytest.mark.integration
+def test_writer_write_returns_rows_bytes_and_offsets(tansu: Any) -> None:
+    topic = f"spark-unit-{uuid.uuid4().hex[:8]}"
+    tansu.create_topic(topic, 3)
+    opts = parse_options(dict(BOOT, **{"kafka.bootstrap.servers": tansu.bootstrap}))
+    plan = ColumnPlan(True, True, True, False, None)
+    writer = KafkaBatchWriter(opts, plan)
+    n = 25_000
+    batches = [_batch(value=[b"v%06d" % i for i in range(s, min(n, s + 10_000))],
+                      key=[b"k%d" % i for i in range(s, min(n, s + 10_000))],
+                      topic=[topic] * (min(n, s + 10_000) - s),
+                      partition=pa.array([i % 3 for i in range(s, min(n, s + 10_000))], pa.int32()))
+               for s in range(0, n, 10_000)]
+    before = _producers.cached_count()
+    msg = writer.write(iter(batches))
+    assert isinstance(msg, SinkCommitMessage)
+    assert msg.rows == n
+    assert msg.bytes == sum(len(b"v%06d" % i) + len(b"k%d" % i) for i in range(n))
+    per_partition = {p: len(range(p, n, 3)) for p in range(3)}
+    assert msg.offsets == {(topic, p): (0, c - 1) for p, c in per_partition.items()}
+    # a second task in the same process reuses the producer and continues the offsets
+    msg2 = KafkaStreamWriter(opts, plan, _schema(value=BinaryType())).write(iter(batches[:1]))
+    assert msg2.rows == 10_000
+    assert msg2.offsets[(topic, 0)][0] == per_partition[0]
+    assert _producers.cached_count() == before + 1
+    _producers.close_all()
+    assert _producers.cached_count() == 0
+
+
+@pytest.mark.integration
+def test_writer_failure_names_the_cause_and_drops_the_producer(tansu: Any) -> None:
+    opts = parse_options({"kafka.bootstrap.servers": tansu.bootstrap, "topic": f"no-such-{uuid.uuid4().hex[:6]}",
+                          "kafka.allow.auto.create.topics": "false", "kafka.max.block.ms": "1000"})
+    writer = KafkaBatchWriter(opts, ColumnPlan(False, False, False, False, opts.topic))
+    with pytest.raises(SinkWriteError) as info:
+        writer.write(iter([_batch(value=[b"x"])]))
+    text = str(info.value)
+    assert "KafkaTimeoutError" in text or "UnknownTopicOrPartition" in text, text
+    assert opts.topic in text and tansu.bootstrap in text
+    assert _producers.cached_count() == 0
+
+
+def test_producer_cache_is_keyed_by_settings() -> None:
+    a: List[Any] = []
+    try:
+        a.append(_producers.get_producer({"bootstrap.servers": "127.0.0.1:9", "linger.ms": "1"}))
+        a.append(_producers.get_producer({"linger.ms": "1", "bootstrap.servers": "127.0.0.1:9"}))
+        a.append(_producers.get_producer({"bootstrap.servers": "127.0.0.1:9", "linger.ms": "2"}))
+        assert a[0] is a[1] and a[0] is not a[2]
+        assert _producers.cached_count() == 2
+        _producers.discard_producer({"bootstrap.servers": "127.0.0.1:9", "linger.ms": "2"})
+        assert _producers.cached_count() == 1
+    finally:
+        _producers.close_all(0)
+    assert _producers.cached_count() == 0

@@ -320,6 +320,23 @@ def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
         consumer.close()
 
 
+def delete_topic(broker: Any, topic: str) -> None:
+    """Best effort: ``tansu topic delete`` (the binary and URL of tests/tansu.py's Tansu)."""
+    try:
+        subprocess.run([broker.binary, "topic", "delete", "--broker", broker.url, topic], capture_output=True,
+                       timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
+def tansu_rss_mb(broker: Any) -> float:
+    try:
+        with open(f"/proc/{broker.proc.pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
+    except (OSError, AttributeError):
+        return float("nan")
+
+
 def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: int, timeout: float) -> None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", run.child, "--bootstrap", bootstrap,
            "--topic", topic, "--size", str(size), "--num", str(num), "--mode", run.mode,
@@ -415,8 +432,10 @@ def parent_main(args: argparse.Namespace) -> int:
                         total = end_offsets_sum(broker.bootstrap, topic)
                         trial.verified = None if total is None else total == num
                         trial.result["stored"] = total
+                    delete_topic(broker, topic)  # keeps tansu's in-memory store from growing run after run
                     rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
-                    print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s)",
+                    print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s, "
+                          f"tansu RSS {tansu_rss_mb(broker):.0f} MiB)",
                           file=sys.stderr, flush=True)
                     if trial.result is not None and (best is None or best.result is None or
                                                      trial.result["elapsed"] < best.result["elapsed"]):

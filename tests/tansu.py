@@ -71,7 +71,7 @@ class Tansu:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(5)
+                self.proc.wait(1)  # tansu ignores SIGTERM while clients are connected
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..protocol import messages as m
@@ -99,6 +100,7 @@ class NetworkClient:
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self.connections_max_idle_ms = connections_max_idle_ms
         self._last_activity: Dict[int, float] = {}
+        self._unanswered_ids: Dict[int, Deque[int]] = {}  # correlation ids of written acks=0 requests
         self._next_idle_check = 0.0
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.allow_auto_topic_creation = allow_auto_topic_creation
@@ -277,6 +279,8 @@ class NetworkClient:
             if not req.expect_response:
                 # acks=0: the request is complete once it is written
                 self.in_flight.remove(req)
+                answered = self._unanswered_ids.setdefault(node_id, deque(maxlen=256))
+                answered.append(req.correlation_id)
                 responses.append(ClientResponse(req, None, now_ms))
 
     def _handle_completed_receives(self, responses: List[ClientResponse], now_ms: float) -> None:
@@ -284,6 +288,11 @@ class NetworkClient:
             if not self.selector.has_channel(node_id):
                 continue  # closed earlier in this poll (e.g. a protocol failure on a previous frame)
             self._last_activity[node_id] = now_ms
+            unanswered = self._unanswered_ids.get(node_id)
+            if unanswered and len(frame) >= 4 and int.from_bytes(frame[:4], "big", signed=True) in unanswered:
+                # some brokers answer acks=0 produce requests anyway: nobody waits for that answer
+                unanswered.remove(int.from_bytes(frame[:4], "big", signed=True))
+                continue
             req = self.in_flight.oldest(node_id)
             if req is None or not req.expect_response:
                 self._protocol_failure(node_id, "received a response with no request in flight", responses, now_ms)
@@ -327,6 +336,7 @@ class NetworkClient:
         self.states.disconnected(node_id, now_ms)
         self._api_versions.pop(node_id, None)
         self._unwritten.pop(node_id, None)
+        self._unanswered_ids.pop(node_id, None)
         self._connect_started.pop(node_id, None)
         for req in self.in_flight.clear_all(node_id):
             if req.internal:

@@ -385,7 +385,10 @@ def maybe_send_and_poll_transactional_request(sender: "Sender", txn: Transaction
     if req.kind.startswith("EndTxn") and acc.has_incomplete():
         return False  # EndTxn waits until every batch of the transaction is acknowledged or failed
     if req.retry_at_ms > now:
-        return False
+        # back off (as Java's sender sleeps), but wake up when the retry is due: nothing else may
+        # (with no records queued, the sender's own poll could sleep for request.timeout.ms)
+        client.poll(req.retry_at_ms - now, now)
+        return True
     if req.kind == "EndTxnCommit" and txn.has_abortable_error():
         # a record of the transaction failed: it cannot be committed
         with txn._lock:

@@ -183,6 +183,24 @@ def test_request_without_response_completes_when_written() -> None:
     assert env.client.in_flight_count(1) == 0
 
 
+def test_an_answer_to_an_acks0_request_is_ignored() -> None:
+    # some brokers (tansu) answer acks=0 produce requests; nobody waits for that answer, and it must not be
+    # taken for the answer to the next request
+    env = Env()
+    env.bootstrap()
+    env.connect(1)
+    body = {"transactional_id": None, "acks": 0, "timeout_ms": 100, "topic_data": []}
+    req0 = env.request(1, m.PRODUCE, body, expect_response=False)
+    env.poll()
+    answer = m.encode_response(m.PRODUCE, req0.version, req0.correlation_id, {"responses": []})
+    env.selector.inject_frame(1, answer)
+    later = env.request(1)  # an InitProducerId that does expect its answer
+    got = env.poll(3)
+    assert [r.request for r in got] == [later] and got[0].body is not None and not got[0].disconnected
+    assert env.selector.closed_by_client == []
+    assert env.client.states.state(1) == ConnectionState.READY
+
+
 def test_request_timeout_disconnects_and_fails_in_flight_requests() -> None:
     env = Env(request_timeout_ms=1000)
     env.bootstrap()

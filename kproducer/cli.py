@@ -167,10 +167,12 @@ def _setup_logging(level: str) -> None:
 # -- produce ------------------------------------------------------------------------------------
 
 class _Delivery:
-    """Counts acknowledgements and failures; callbacks run on the producer's network thread."""
+    """Counts acknowledgements and failures; callbacks run on the producer's network thread. The first
+    ``max_reports`` failures are reported one by one, the rest only in the final count."""
 
-    def __init__(self, verbose: bool, out: IO[str], err: IO[str]) -> None:
+    def __init__(self, verbose: bool, out: IO[str], err: IO[str], max_reports: int = 20) -> None:
         self.verbose = verbose
+        self.max_reports = max_reports
         self.out = out
         self.err = err
         self.lock = threading.Lock()
@@ -185,15 +187,19 @@ class _Delivery:
                     if self.verbose:
                         print(f"{md.topic}-{md.partition}@{md.offset}", file=self.out)
                 else:
-                    self.failed += 1
-                    print(f"kproducer: line {lineno}: delivery failed: {type(exc).__name__}: {exc}",
-                          file=self.err)
+                    self._report(lineno, f"delivery failed: {type(exc).__name__}: {exc}")
         return done
 
     def fail(self, lineno: int, why: str) -> None:
         with self.lock:
-            self.failed += 1
+            self._report(lineno, why)
+
+    def _report(self, lineno: int, why: str) -> None:  # the lock is held
+        self.failed += 1
+        if self.failed <= self.max_reports:
             print(f"kproducer: line {lineno}: {why}", file=self.err)
+        elif self.failed == self.max_reports + 1:
+            print("kproducer: more records failed; only their count is reported at the end", file=self.err)
 
 
 def _lines(stream: IO[bytes]) -> Iterable[bytes]:
@@ -279,7 +285,7 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
         if close_stream:
             stream.close()
         producer.close(args.timeout if aborted else None)
-    if args.verbose:
+    if args.verbose or delivery.failed > delivery.max_reports:
         print(f"kproducer: {sent} records sent to {args.topic}: {delivery.delivered} delivered, "
               f"{delivery.failed} failed",
               file=sys.stderr)
@@ -324,7 +330,10 @@ def cmd_perf(args: argparse.Namespace) -> int:
         progress_interval=args.reporting_interval or 5.0, payload=payload)
     if args.json:
         doc = result.as_dict()
-        doc.update(topic=args.topic, bootstrap=bootstrap or "mock", throughput_target=args.throughput)
+        from .protocol.accel import IMPLEMENTATION
+
+        doc.update(topic=args.topic, bootstrap=bootstrap or "mock", throughput_target=args.throughput,
+                   implementation=IMPLEMENTATION)
         print(json.dumps(doc), flush=True)
     else:
         print(result.summary(), flush=True)

@@ -179,6 +179,13 @@ class ProducerBatch:
                 fut.fire(callback, new_batch)
         self._event.set()
 
+    def release(self) -> None:
+        """Drop the record bytes of a completed batch (futures keep only offsets and sizes), so that
+        completed batches a caller still references do not hold on to the payloads."""
+        if self._done:
+            self._built = None
+            self.builder.release()
+
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "
                 f"attempts={self.attempts} seq={self.base_sequence} done={self._done}>")

@@ -166,6 +166,7 @@ class Producer:
         else:
             raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
         now = self._monotonic_ms()
+        waited: Optional[float] = None
         cluster = self._metadata.cluster
         num_partitions = cluster.partition_counts.get(topic)
         if num_partitions is None or (partition is not None and type(partition) is int
@@ -174,6 +175,7 @@ class Producer:
                 raise TypeError(f"topic must be a non-empty str, got {topic!r}")
             num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
             cluster = self._metadata.cluster
+            waited = self._max_block_ms - (self._monotonic_ms() - now)
         elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
             self._topic_touched[topic] = now
             self._metadata.add_topic(topic)
@@ -210,8 +212,9 @@ class Producer:
             part = sticky[0]
         if self._transactional:
             self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
+        # (time spent above only counts against max.block.ms when metadata had to be fetched)
         result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
-                                          self._max_block_ms - (self._monotonic_ms() - now), now)
+                                          self._max_block_ms if waited is None else waited, now)
         if sticky is not None:
             sticky[1] += size
             if sticky[1] >= self._batch_size:

@@ -236,7 +236,10 @@ class Sender(threading.Thread):
         if ready_nodes:
             timeout = 0.0
         for node, node_batches in batches.items():
-            self._send_produce_request(node, node_batches, now)
+            # a batch drained above may have just expired: it is complete, so it is not sent
+            live = [b for b in node_batches if not b.is_done()]
+            if live:
+                self._send_produce_request(node, live, now)
         return max(0.0, timeout)
 
     def _fail_expired_batches(self, now: float) -> None:

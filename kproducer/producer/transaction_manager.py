@@ -30,6 +30,8 @@ _FATAL_BATCH_ERRORS = (ProducerFencedError, ClusterAuthorizationFailedError, Tra
 
 TopicPartition = Tuple[str, int]
 NO_PRODUCER_ID = -1
+# a broker finds duplicates among the last 5 batches of each producer in a partition
+BROKER_DUPLICATE_WINDOW = 5
 
 
 class State:
@@ -83,13 +85,15 @@ class TransactionalRequestResult:
 
 
 class _PartitionState:
-    __slots__ = ("next_sequence", "last_acked_sequence", "in_flight", "last_acked_offset")
+    __slots__ = ("next_sequence", "last_acked_sequence", "in_flight", "last_acked_offset", "recent")
 
     def __init__(self) -> None:
         self.next_sequence = 0
         self.last_acked_sequence = -1
         self.in_flight: List[ProducerBatch] = []  # sorted by base sequence
         self.last_acked_offset = -1
+        # the last batches given sequences, oldest first (the broker's duplicate window, at most)
+        self.recent: Deque[ProducerBatch] = deque(maxlen=BROKER_DUPLICATE_WINDOW)
 
 
 class PendingRequest:
@@ -166,6 +170,7 @@ class TransactionManager:
             st.next_sequence = 0
             st.last_acked_sequence = -1
             st.in_flight = []
+            st.recent.clear()
 
     def request_reset(self, reason: str) -> None:
         """Renew the producer id (a fresh id restarts every sequence at 0) once in-flight batches are
@@ -214,7 +219,14 @@ class TransactionManager:
         if batch.has_sequence():
             # a retry goes out only when it is the first unacknowledged batch: order is kept
             return batch.base_sequence != st.in_flight[0].base_sequence
-        return False
+        # A new batch must not push the oldest unacknowledged batch out of the broker's duplicate window
+        # (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE instead of
+        # acknowledged as a duplicate. One connection never has more than 5 in flight, but after a leader
+        # move the old and the new leader's connections together can.
+        if len(st.recent) < BROKER_DUPLICATE_WINDOW:
+            return False
+        oldest = next((b for b in st.in_flight if not b.is_done()), None)
+        return oldest is not None and not any(b is oldest for b in list(st.recent)[1:])
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
         if batch.has_sequence() and batch.producer_id == self.producer_id:
@@ -223,6 +235,7 @@ class TransactionManager:
         batch.set_producer_state(self.producer_id, self.producer_epoch, st.next_sequence, self.is_transactional)
         st.next_sequence = (st.next_sequence + batch.record_count) & 0x7FFFFFFF
         st.in_flight.append(batch)
+        st.recent.append(batch)
         st.in_flight.sort(key=lambda b: b.base_sequence)
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
@@ -239,6 +252,13 @@ class TransactionManager:
                 seq = (seq + part.record_count) & 0x7FFFFFFF
                 st.in_flight.append(part)
             st.in_flight.sort(key=lambda b: b.base_sequence)
+            # the parts take the original's place among the recent batches
+            recent = list(st.recent)
+            if original in recent:
+                i = recent.index(original)
+                recent[i:i + 1] = parts
+            st.recent.clear()
+            st.recent.extend(recent)
 
     def first_in_flight_sequence(self, tp: TopicPartition) -> int:
         st = self._partitions.get(tp)

@@ -410,6 +410,12 @@ class RecordBatchBuilder:
                     size += len(hvalue)
         return size
 
+    def release(self) -> None:
+        """Free the encoded records (after the batch is acknowledged); counts and timestamps stay."""
+        self._buf = bytearray()
+        self._section = None
+        self._section_count = -1
+
     def records_section(self) -> bytes:
         """The records section as it goes on the wire (compressed when a codec is set); cached."""
         section = self._section

@@ -8,7 +8,6 @@ callers can read ``resp["log_start_offset"]`` whatever version was spoken.
 """
 from __future__ import annotations
 
-import copy
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -195,6 +194,15 @@ def _type_codec(t: FieldType, version: int, flexible: bool, nullable: bool, name
 # struct codec
 
 
+def _fresh(value: Any) -> Any:
+    """A copy of a default made of lists, dicts and immutable scalars (much cheaper than deepcopy)."""
+    if type(value) is list:
+        return [_fresh(v) for v in value]
+    if type(value) is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    return value
+
+
 def compile_struct(fields: Sequence[Field], version: int, flexible: bool) -> Tuple[Encoder, Decoder]:
     """Compile an encoder and a decoder of ``fields`` at ``version``."""
     regular: List[Tuple[str, Encoder, Decoder, Any]] = []
@@ -250,12 +258,12 @@ def compile_struct(fields: Sequence[Field], version: int, flexible: bool) -> Tup
     def decode(r: p.Reader) -> Dict[str, Any]:
         result: Dict[str, Any] = dict(absent)
         for name in absent_mutable:
-            result[name] = copy.deepcopy(absent[name])
+            result[name] = _fresh(absent[name])
         for name, _enc, dec, _default in regular:
             result[name] = dec(r)
         if flexible:
             for name, default, mutable in tagged_defaults:
-                result[name] = copy.deepcopy(default) if mutable else default
+                result[name] = _fresh(default) if mutable else default
             for tag, data in r.tagged_fields():
                 known = tagged.get(tag)
                 if known is None:

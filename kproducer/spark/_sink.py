@@ -148,8 +148,8 @@ class _Task:
             raise SinkWriteError(
                 f"kproducer sink: {self.what} task {partition_id} (attempt {attempt}) failed writing{where} "
                 f"via bootstrap.servers={self.opts.bootstrap_servers}: {type(e).__name__}: {e} "
-                f"[{self.rows} rows queued, at least {self.acked} acknowledged before the failure; rows already written "
-                "stay written, and Spark's task retry writes them again]") from e
+                f"[{self.rows} rows queued, at least {self.acked} acknowledged before the failure; rows already "
+                "written stay written, and Spark's task retry writes them again]") from e
         seconds = time.monotonic() - started
         log.info("kproducer sink: task %d wrote %d rows (%d bytes) in %.2f s (pid %d)", partition_id, self.rows,
                  self.bytes, seconds, os.getpid())

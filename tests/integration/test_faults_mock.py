@@ -547,6 +547,44 @@ def test_leader_move_is_followed(cluster: MockCluster) -> None:
     assert_idempotent_sequences(cluster)
 
 
+def test_leader_move_keeps_unacknowledged_batches_in_the_duplicate_window(cluster: MockCluster) -> None:
+    """A batch X written by the old leader but not yet answered; the leader moves and later batches go to
+    the new leader. A broker recognises duplicates only among a producer's last 5 batches, so the producer
+    must not let 5 later batches through while X is unresolved: when X's answer is lost and X is retried on
+    the new leader, it is acknowledged as a duplicate (exactly once), not refused as OUT_OF_ORDER_SEQUENCE
+    until delivery.timeout.ms."""
+    sent = Sent()
+    with producing(cluster, linger_ms=0, request_timeout_ms=10000, delivery_timeout_ms=15000,
+                   metadata_max_age_ms=100) as producer:
+        for p in range(3):  # connections to every broker
+            sent.send(producer, b"warm-%d" % p, partition=p)
+        producer.flush(WAIT)
+        cluster.set_latency(1, 8000)  # broker 1 (partition 0's leader) writes at once, answers 8 s later
+        x = sent.send(producer, b"X", partition=0)
+        wait_until(lambda: cluster.high_watermark(TOPIC, 0) == 2, what="X to be written")
+        cluster.move_leader(TOPIC, 0, 2)
+        wait_until(lambda: producer.partitions_for(TOPIC)[0].leader == 2, what="the producer to see the move")
+        later = []
+        for i in range(4):  # four later batches, one at a time, acknowledged by broker 2
+            later.append(sent.send(producer, b"later-%d" % i, partition=0))
+            assert sent.futures[later[-1]].exception(WAIT) is None
+        later += [sent.send(producer, b"later-%d" % i, partition=0) for i in (4, 5)]
+        time.sleep(0.2)
+        assert not sent.futures[x].done()
+        assert not sent.futures[later[4]].done(), "a 5th later batch would push X out of the window"
+        cluster.drop_connections(1)  # X's answer is lost; X is retried on broker 2
+        cluster.set_latency(1, 0)
+        assert sent.futures[x].exception(WAIT) is None
+        producer.flush(WAIT)
+    sent.wait_callbacks()
+    sent.check_callbacks_once()
+    assert sent.failed() == {}
+    recs = stored(cluster)[0]
+    assert [r.value for r in recs] == [b"warm-0", b"X"] + [b"later-%d" % i for i in range(6)]
+    assert len({r.producer_id for r in recs}) == 1, "no producer id reset was needed"
+    assert_idempotent_sequences(cluster)
+
+
 def test_leader_moves_mid_stream(cluster: MockCluster) -> None:
     sent = Sent()
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -38,6 +39,8 @@ def _prepend_path(var: str, path: str) -> None:
 def spark() -> Iterator[Any]:
     """local[2], no UI, 2 shuffle partitions; workers run this interpreter (which has pyarrow and
     kproducer) and bind to 127.0.0.1. ``kproducer`` is registered with kproducer.spark.register()."""
+    saved_env = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                                                 "PYTHONPATH")}
     auto_dir = tempfile.mkdtemp(prefix="kproducer-spark-")
     with open(os.path.join(auto_dir, AUTO_MODULE + ".py"), "w") as f:
         f.write(_AUTO_SOURCE)
@@ -64,6 +67,13 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        sys.path.remove(auto_dir)
+        shutil.rmtree(auto_dir, ignore_errors=True)
 
 
 Read = Tuple[int, int, Optional[bytes], Optional[bytes], List[Tuple[str, bytes]]]
@@ -76,7 +86,8 @@ def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False, fetch_max_wait_ms=50, request_timeout_ms=15000,
-                             max_partition_fetch_bytes=4 * 1024 * 1024, check_crcs=False, client_id="kproducer-spark-tests")
+                             max_partition_fetch_bytes=4 * 1024 * 1024, check_crcs=False,
+                             client_id="kproducer-spark-tests")
     out: List[Read] = []
 
     def take(polled: Dict[Any, Sequence[Any]]) -> None:

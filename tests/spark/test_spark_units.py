@@ -49,13 +49,14 @@ def test_options_split_into_topic_and_producer_settings() -> None:
                           "checkpointLocation": "/tmp/x"})
     assert opts.topic == "events"
     assert opts.settings == {"bootstrap.servers": "h:1,h:2", "linger.ms": "20", "compression.type": "gzip",
-                             "enable.idempotence": "false"}
+                             "enable.idempotence": "false", "batch.size": "262144"}
     assert opts.bootstrap_servers == "h:1,h:2"
 
 
 def test_option_names_are_case_insensitive_and_aliases_work() -> None:
-    opts = parse_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Kafka.Linger_Ms": "3"})
-    assert opts.settings == {"bootstrap.servers": "h:1", "linger.ms": "3"} and opts.topic is None
+    opts = parse_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "Kafka.Linger_Ms": "3", "kafka.batch_size": "999"})
+    assert opts.settings == {"bootstrap.servers": "h:1", "linger.ms": "3", "batch.size": "999"}
+    assert opts.topic is None
 
 
 @pytest.mark.parametrize("options, message", [
@@ -82,7 +83,8 @@ def test_bad_options(options: Dict[str, str], message: str) -> None:
 
 
 def test_unrelated_unknown_options_are_ignored() -> None:
-    assert parse_options(dict(BOOT, includeHeaders="true")).settings == {"bootstrap.servers": "127.0.0.1:9092"}
+    assert parse_options(dict(BOOT, includeHeaders="true")).settings == {"bootstrap.servers": "127.0.0.1:9092",
+                                                                         "batch.size": "262144"}
 
 
 # -- schema --------------------------------------------------------------------------------------------
@@ -238,7 +240,7 @@ def test_writer_failure_names_the_cause_and_drops_the_producer(tansu: Any) -> No
         writer.write(iter([_batch(value=[b"x"])]))
     text = str(info.value)
     assert "KafkaTimeoutError" in text or "UnknownTopicOrPartition" in text, text
-    assert opts.topic in text and tansu.bootstrap in text
+    assert str(opts.topic) in text and tansu.bootstrap in text
     assert _producers.cached_count() == 0
 
 

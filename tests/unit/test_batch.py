@@ -206,3 +206,18 @@ def test_wait_returns_when_done() -> None:
     assert b.wait(0) is False
     b.done(0, -1, None)
     assert b.wait(0) is True and b.is_done()
+
+
+def test_release_drops_the_payload_of_a_completed_batch_only() -> None:
+    b = new_batch(capacity=1 << 20)
+    futs = [b.try_append(1000 + i, b"k", b"v" * 1000, None, None, 1000.0) for i in range(50)]
+    assert b.records()  # built
+    b.release()  # not done yet: nothing is dropped
+    assert b.builder.uncompressed_records_size() > 50_000 and len(b.records()) > 50_000
+    b.done(100, -1, None)
+    b.release()
+    assert b.builder.uncompressed_records_size() == 0
+    assert b.record_count == 50  # counts stay for metrics
+    # futures still answer from the offsets, not the payload
+    md = futs[49].get(0)  # type: ignore[union-attr]
+    assert md is not None and md.offset == 149 and md.serialized_value_size == 1000

@@ -265,3 +265,14 @@ def test_python_dash_m_and_mock_cluster_subprocess(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_produce_many_failures_are_summarized(cluster: MockCluster, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "in.txt"
+    data.write_bytes(b"".join(b"no-separator %d\n" % i for i in range(50)) + b"k:v\n")
+    rc = cli.main(["produce", "-b", cluster.bootstrap_servers, "-t", "t", "-f", str(data), "-K", ":", *FAST])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert err.count("no key separator") == 20
+    assert "only their count is reported" in err and "1 delivered, 50 failed" in err

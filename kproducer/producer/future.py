@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import KafkaTimeoutError
+from ..protocol.accel import speedups
 
 if TYPE_CHECKING:
     from .batch import ProducerBatch
@@ -27,9 +28,8 @@ class RecordMetadata(NamedTuple):
 Callback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
 
 
-class FutureRecordMetadata:
-    """The result of one ``send()``. Cheap: it holds its batch and its position in it; waiting and
-    completion go through the batch, so there is no lock or event per record."""
+class _FutureFieldsPy:
+    """The fields of a per-record future: the pure-Python twin of ``_speedups.FutureBase``."""
 
     __slots__ = ("_batch", "_delta", "timestamp", "key_size", "value_size")
 
@@ -39,6 +39,19 @@ class FutureRecordMetadata:
         self.timestamp = timestamp
         self.key_size = key_size
         self.value_size = value_size
+
+
+if TYPE_CHECKING:
+    _FutureBase = _FutureFieldsPy
+else:
+    _FutureBase = speedups.FutureBase if speedups is not None else _FutureFieldsPy
+
+
+class FutureRecordMetadata(_FutureBase):
+    """The result of one ``send()``. Cheap: it holds its batch and its position in it; waiting and
+    completion go through the batch, so there is no lock or event per record."""
+
+    __slots__ = ()
 
     def _resolve(self) -> "ProducerBatch":
         # a batch split after MESSAGE_TOO_LARGE hands its records over to smaller batches

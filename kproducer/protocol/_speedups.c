@@ -10,6 +10,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -61,37 +62,20 @@ static void release_blob(blob *b) {
 #define MAX_FAST_HEADERS 32
 
 /*
- * append_record(buf: bytearray, limit: int, offset_delta: int, timestamp_delta: int,
- *               key, value, headers) -> int
- * Appends one encoded record (length-prefixed) to buf. When limit >= 0 and len(buf) + size > limit,
- * nothing is appended and 0 is returned; otherwise the number of bytes appended.
+ * do_append: encode one record (length-prefixed) at the end of bytearray buf.
+ * Returns the bytes appended; 0 when limit >= 0 and it would not fit (nothing appended); -1 when the
+ * Python encoder must decide (unusual headers); -2 with an exception set.
  */
-static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "append_record takes 7 arguments");
-        return NULL;
-    }
-    PyObject *buf = args[0];
-    if (!PyByteArray_CheckExact(buf)) {
-        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
-    long long offset_delta = PyLong_AsLongLong(args[2]);
-    if (offset_delta == -1 && PyErr_Occurred()) return NULL;
-    long long ts_delta = PyLong_AsLongLong(args[3]);
-    if (ts_delta == -1 && PyErr_Occurred()) return NULL;
-    PyObject *headers = args[6];
-
+static Py_ssize_t do_append(PyObject *buf, Py_ssize_t limit, long long offset_delta, long long ts_delta,
+                            PyObject *key_obj, PyObject *value_obj, PyObject *headers) {
     blob key, value;
-    if (get_blob(args[4], &key, "key") < 0) return NULL;
-    if (get_blob(args[5], &value, "value") < 0) {
+    if (get_blob(key_obj, &key, "key") < 0) return -2;
+    if (get_blob(value_obj, &value, "value") < 0) {
         release_blob(&key);
-        return NULL;
+        return -2;
     }
 
-    PyObject *result = NULL;
+    Py_ssize_t result = -2;
     PyObject *hseq = NULL;
     Py_ssize_t nh = 0;
     const char *hkey[MAX_FAST_HEADERS];
@@ -104,8 +88,7 @@ static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t
         if (hseq == NULL) goto done;
         nh = PySequence_Fast_GET_SIZE(hseq);
         if (nh > MAX_FAST_HEADERS) {
-            /* rare: let the Python implementation handle it */
-            result = PyLong_FromLong(-1);
+            result = -1; /* rare: let the Python implementation handle it */
             goto done;
         }
     }
@@ -128,7 +111,7 @@ static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t
             hk = PyTuple_GET_ITEM(pair, 0);
             hv = PyTuple_GET_ITEM(pair, 1);
         } else {
-            result = PyLong_FromLong(-1); /* unusual shape: the Python path decides */
+            result = -1; /* unusual shape: the Python path decides */
             goto done;
         }
         if (!PyUnicode_Check(hk)) {
@@ -152,7 +135,7 @@ static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t total = (Py_ssize_t)(varint_size(zigzag64((int64_t)body)) + body);
     Py_ssize_t old = PyByteArray_GET_SIZE(buf);
     if (limit >= 0 && old + total > limit) {
-        result = PyLong_FromLong(0);
+        result = 0;
         goto done;
     }
     if (PyByteArray_Resize(buf, old + total) < 0) goto done;
@@ -188,7 +171,7 @@ static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t
             *p++ = 1;
         }
     }
-    result = PyLong_FromSsize_t(total);
+    result = total;
 
 done:
     for (Py_ssize_t i = 0; i < nh_acquired; i++) release_blob(&hval[i]);
@@ -197,6 +180,209 @@ done:
     release_blob(&value);
     return result;
 }
+
+/*
+ * append_record(buf: bytearray, limit: int, offset_delta: int, timestamp_delta: int,
+ *               key, value, headers) -> int   (do_append as a function)
+ */
+static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_record takes 7 arguments");
+        return NULL;
+    }
+    if (!PyByteArray_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    long long offset_delta = PyLong_AsLongLong(args[2]);
+    if (offset_delta == -1 && PyErr_Occurred()) return NULL;
+    long long ts_delta = PyLong_AsLongLong(args[3]);
+    if (ts_delta == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = do_append(args[0], limit, offset_delta, ts_delta, args[4], args[5], args[6]);
+    if (n == -2) return NULL;
+    return PyLong_FromSsize_t(n);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * RecordsBuffer: the encoded records of one batch (base class of records.RecordBatchBuilder)
+ */
+
+#define RECORD_BATCH_OVERHEAD 61
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf; /* bytearray */
+    Py_ssize_t capacity;
+    long long count;
+    long long base_ts;
+    long long max_ts;
+} RecordsBuffer;
+
+static int RecordsBuffer_init(RecordsBuffer *self, PyObject *args, PyObject *kwds) {
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTuple(args, "n", &capacity)) return -1;
+    PyObject *buf = PyByteArray_FromStringAndSize(NULL, 0);
+    if (buf == NULL) return -1;
+    Py_XSETREF(self->buf, buf);
+    self->capacity = capacity;
+    self->count = 0;
+    self->base_ts = -1;
+    self->max_ts = -1;
+    return 0;
+}
+
+static void RecordsBuffer_dealloc(RecordsBuffer *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    if (PyType_IS_GC(tp)) PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->buf);
+    tp->tp_free((PyObject *)self);
+}
+
+static PyObject *str_try_append_py;
+
+/* try_append(timestamp_ms, key, value, headers=None) -> offset delta, or -1 when it does not fit */
+static PyObject *RecordsBuffer_try_append(RecordsBuffer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "try_append(timestamp_ms, key, value, headers=None)");
+        return NULL;
+    }
+    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "RecordsBuffer._buf must be a bytearray");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[0]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    PyObject *headers = nargs == 4 ? args[3] : Py_None;
+    long long count = self->count;
+    Py_ssize_t n;
+    if (count) {
+        n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, args[1],
+                      args[2], headers);
+    } else {
+        n = do_append(self->buf, -1, 0, 0, args[1], args[2], headers);
+    }
+    if (n > 0) {
+        if (count == 0) {
+            self->base_ts = self->max_ts = ts;
+        } else if (ts > self->max_ts) {
+            self->max_ts = ts;
+        }
+        self->count = count + 1;
+        return PyLong_FromLongLong(count);
+    }
+    if (n == 0) return PyLong_FromLong(-1);
+    if (n == -2) return NULL;
+    /* the Python encoder decides (e.g. many headers) */
+    PyObject *stack[5] = {(PyObject *)self, args[0], args[1], args[2], headers};
+    return PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
+}
+
+static PyMethodDef RecordsBuffer_methods[] = {
+    {"try_append", (PyCFunction)(void (*)(void))RecordsBuffer_try_append, METH_FASTCALL,
+     "Encode one record into the batch; its offset delta, or -1 when the batch is full."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef RecordsBuffer_members[] = {
+    {"_buf", T_OBJECT_EX, offsetof(RecordsBuffer, buf), 0, "encoded records"},
+    {"capacity", T_PYSSIZET, offsetof(RecordsBuffer, capacity), 0, "soft size limit of the batch"},
+    {"_count", T_LONGLONG, offsetof(RecordsBuffer, count), 0, "records appended"},
+    {"_base_ts", T_LONGLONG, offsetof(RecordsBuffer, base_ts), 0, "first timestamp"},
+    {"_max_ts", T_LONGLONG, offsetof(RecordsBuffer, max_ts), 0, "largest timestamp"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordsBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.RecordsBuffer",
+    .tp_basicsize = sizeof(RecordsBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The encoded records of one batch (compiled base of RecordBatchBuilder).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RecordsBuffer_init,
+    .tp_dealloc = (destructor)RecordsBuffer_dealloc,
+    .tp_methods = RecordsBuffer_methods,
+    .tp_members = RecordsBuffer_members,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * FutureBase: the fields of a per-record future (base class of future.FutureRecordMetadata)
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    long long delta;
+    long long timestamp;
+    long long key_size;
+    long long value_size;
+} FutureBase;
+
+static int FutureBase_init(FutureBase *self, PyObject *args, PyObject *kwds) {
+    PyObject *batch;
+    long long delta, ts, ks, vs;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "FutureRecordMetadata takes positional arguments only");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(args) != 5) {
+        PyErr_SetString(PyExc_TypeError, "FutureRecordMetadata(batch, delta, timestamp, key_size, value_size)");
+        return -1;
+    }
+    batch = PyTuple_GET_ITEM(args, 0);
+    delta = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 1));
+    ts = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 2));
+    ks = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 3));
+    vs = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 4));
+    if (PyErr_Occurred()) return -1;
+    Py_INCREF(batch);
+    Py_XSETREF(self->batch, batch);
+    self->delta = delta;
+    self->timestamp = ts;
+    self->key_size = ks;
+    self->value_size = vs;
+    return 0;
+}
+
+static int FutureBase_traverse(FutureBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->batch);
+    return 0;
+}
+
+static int FutureBase_clear(FutureBase *self) {
+    Py_CLEAR(self->batch);
+    return 0;
+}
+
+static void FutureBase_dealloc(FutureBase *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->batch);
+    tp->tp_free((PyObject *)self);
+}
+
+static PyMemberDef FutureBase_members[] = {
+    {"_batch", T_OBJECT, offsetof(FutureBase, batch), 0, "the batch holding the record"},
+    {"_delta", T_LONGLONG, offsetof(FutureBase, delta), 0, "offset delta in the batch"},
+    {"timestamp", T_LONGLONG, offsetof(FutureBase, timestamp), 0, "record timestamp (ms)"},
+    {"key_size", T_LONGLONG, offsetof(FutureBase, key_size), 0, "serialized key size (-1: null)"},
+    {"value_size", T_LONGLONG, offsetof(FutureBase, value_size), 0, "serialized value size (-1: null)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FutureBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.FutureBase",
+    .tp_basicsize = sizeof(FutureBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Fields of a per-record future (compiled base of FutureRecordMetadata).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FutureBase_init,
+    .tp_dealloc = (destructor)FutureBase_dealloc,
+    .tp_traverse = (traverseproc)FutureBase_traverse,
+    .tp_clear = (inquiry)FutureBase_clear,
+    .tp_members = FutureBase_members,
+};
 
 /* ---------------------------------------------------------------------------------------------
  * murmur2 (Kafka's variant, seed 0x9747b28c)
@@ -353,8 +539,23 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     __builtin_cpu_init();
     use_hw_crc = __builtin_cpu_supports("sse4.2") ? 1 : 0;
 #endif
+    str_try_append_py = PyUnicode_InternFromString("_try_append_py");
+    if (str_try_append_py == NULL) return NULL;
+    if (PyType_Ready(&RecordsBufferType) < 0 || PyType_Ready(&FutureBaseType) < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
+    Py_INCREF(&RecordsBufferType);
+    if (PyModule_AddObject(mod, "RecordsBuffer", (PyObject *)&RecordsBufferType) < 0) {
+        Py_DECREF(&RecordsBufferType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    Py_INCREF(&FutureBaseType);
+    if (PyModule_AddObject(mod, "FutureBase", (PyObject *)&FutureBaseType) < 0) {
+        Py_DECREF(&FutureBaseType);
+        Py_DECREF(mod);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(mod, "HW_CRC32C", use_hw_crc) < 0) {
         Py_DECREF(mod);
         return NULL;

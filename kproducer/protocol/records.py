@@ -34,7 +34,7 @@ import logging
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 import crcmod.predefined  # type: ignore[import-untyped,unused-ignore]
 
@@ -231,44 +231,19 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
-class RecordBatchBuilder:
-    """Accumulates records into one RecordBatch v2.
+class _RecordsBufferPy:
+    """The encoded records of one batch: the pure-Python twin of ``_speedups.RecordsBuffer``, the
+    base of :class:`RecordBatchBuilder` (the compiled one is used when it is available)."""
 
-    Records are encoded when appended (uncompressed); :meth:`build` compresses the records section
-    once and caches it, so rebuilding with another producer id / epoch / sequence (a retry after
-    an epoch bump) only redoes the 61-byte header and the CRC.  Not thread-safe: the caller
-    serialises appends and builds (the accumulator holds a lock per partition deque).
-    """
+    __slots__ = ("capacity", "_buf", "_count", "_base_ts", "_max_ts")
 
-    __slots__ = (
-        "capacity",
-        "compression",
-        "compression_level",
-        "_buf",
-        "_count",
-        "_base_ts",
-        "_max_ts",
-        "_section",
-        "_section_count",
-    )
-
-    def __init__(
-        self, capacity: int, compression: int = CODEC_NONE, compression_level: Optional[int] = None
-    ) -> None:
-        if compression not in CODEC_NAMES:
-            raise ValueError(f"unknown compression codec id {compression!r}; valid ids are 0-4")
-        if compression != CODEC_NONE:
-            check_codec_available(compression)
+    def __init__(self, capacity: int) -> None:
         #: soft limit on estimated_size(); the first record is accepted regardless
         self.capacity: int = capacity
-        self.compression: int = compression
-        self.compression_level: Optional[int] = compression_level
         self._buf = bytearray()
         self._count = 0
         self._base_ts = NO_TIMESTAMP
         self._max_ts = NO_TIMESTAMP
-        self._section: Optional[bytes] = None
-        self._section_count = -1
 
     def _try_append_py(
         self,
@@ -328,35 +303,42 @@ class RecordBatchBuilder:
         self._count = count + 1
         return count
 
-    def _try_append_c(
-        self,
-        timestamp_ms: int,
-        key: Optional[bytes],
-        value: Optional[bytes],
-        headers: Optional[Sequence[Header]] = None,
-    ) -> int:
-        # the compiled twin of _try_append_py: same bytes, same contract
-        count = self._count
-        if count:
-            n = _append_record(self._buf, self.capacity - RECORD_BATCH_OVERHEAD, count,
-                               timestamp_ms - self._base_ts, key, value, headers)
-            if n > 0:
-                if timestamp_ms > self._max_ts:
-                    self._max_ts = timestamp_ms
-                self._count = count + 1
-                return count
-            if n == 0:
-                return -1
-        else:
-            n = _append_record(self._buf, -1, 0, 0, key, value, headers)
-            if n > 0:
-                self._base_ts = self._max_ts = timestamp_ms
-                self._count = 1
-                return 0
-        return self._try_append_py(timestamp_ms, key, value, headers)  # unusual headers: Python decides
+    try_append = _try_append_py
 
-    #: Encode one record into the batch (compiled when the accelerator is available).
-    try_append = _try_append_c if speedups is not None else _try_append_py
+
+if TYPE_CHECKING:
+    _RecordsBase = _RecordsBufferPy
+else:
+    _RecordsBase = speedups.RecordsBuffer if speedups is not None else _RecordsBufferPy
+
+
+class RecordBatchBuilder(_RecordsBase):
+    """Accumulates records into one RecordBatch v2.
+
+    Records are encoded when appended (uncompressed); :meth:`build` compresses the records section
+    once and caches it, so rebuilding with another producer id / epoch / sequence (a retry after
+    an epoch bump) only redoes the 61-byte header and the CRC.  Not thread-safe: the caller
+    serialises appends and builds (the accumulator holds a lock per partition deque).
+    """
+
+    __slots__ = ("compression", "compression_level", "_section", "_section_count")
+
+    def __init__(
+        self, capacity: int, compression: int = CODEC_NONE, compression_level: Optional[int] = None
+    ) -> None:
+        if compression not in CODEC_NAMES:
+            raise ValueError(f"unknown compression codec id {compression!r}; valid ids are 0-4")
+        if compression != CODEC_NONE:
+            check_codec_available(compression)
+        super().__init__(capacity)
+        self.compression: int = compression
+        self.compression_level: Optional[int] = compression_level
+        self._section: Optional[bytes] = None
+        self._section_count = -1
+
+    # the Python encoder stays reachable on every builder (the compiled one hands unusual records to it)
+    _try_append_py = _RecordsBufferPy._try_append_py
+
 
     @property
     def record_count(self) -> int:

@@ -33,6 +33,14 @@ def _random_record(rng: random.Random) -> Tuple[int, Optional[bytes], Optional[b
     return ts, blob(), blob(), headers
 
 
+def test_the_compiled_bases_are_in_use() -> None:
+    assert speedups is not None
+    from kproducer.producer.future import FutureRecordMetadata
+
+    assert issubclass(RecordBatchBuilder, speedups.RecordsBuffer)
+    assert issubclass(FutureRecordMetadata, speedups.FutureBase)
+
+
 def test_builder_bytes_identical() -> None:
     assert speedups is not None
     rng = random.Random(42)
@@ -43,7 +51,7 @@ def test_builder_bytes_identical() -> None:
         for _ in range(rng.randint(1, 200)):
             rec = _random_record(rng)
             d_py = py._try_append_py(*rec)
-            d_c = c._try_append_c(*rec)
+            d_c = c.try_append(*rec)
             assert d_py == d_c
         assert py.build(7, 1, 3) == c.build(7, 1, 3)
         batch = read_batches(c.build())[0]
@@ -54,16 +62,16 @@ def test_many_headers_fall_back_to_python() -> None:
     headers = [(f"h{i}", b"v") for i in range(40)]
     py = RecordBatchBuilder(1 << 20)
     c = RecordBatchBuilder(1 << 20)
-    assert py._try_append_py(5, b"k", b"v", headers) == c._try_append_c(5, b"k", b"v", headers) == 0
+    assert py._try_append_py(5, b"k", b"v", headers) == c.try_append(5, b"k", b"v", headers) == 0
     assert py.build() == c.build()
 
 
 def test_type_errors_match() -> None:
     b = RecordBatchBuilder(1 << 20)
     with pytest.raises(TypeError):
-        b._try_append_c(1, "str key", b"v", None)  # type: ignore[arg-type]
+        b.try_append(1, "str key", b"v", None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        b._try_append_c(1, None, b"v", [(b"bytes-key", b"v")])  # type: ignore[list-item]
+        b.try_append(1, None, b"v", [(b"bytes-key", b"v")])  # type: ignore[list-item]
     assert b.record_count == 0
 
 

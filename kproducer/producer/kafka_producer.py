@@ -4,6 +4,8 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from time import monotonic as _monotonic
+from time import time as _wall
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import __version__
@@ -129,6 +131,8 @@ class Producer:
         self._transactional = self._txn is not None and self._txn.is_transactional
         self._wall_ms = clk.wall_ms
         self._monotonic_ms = clk.monotonic_ms
+        self._system_clock = type(clk) is Clock
+        self._wakeup = selector.wakeup
         self._closed = False
         self._close_lock = threading.Lock()
         self._sender.start()
@@ -159,13 +163,19 @@ class Producer:
             headers = _check_headers(headers)
         else:
             headers = None
-        if timestamp_ms is None:
-            timestamp = self._wall_ms()
-        elif type(timestamp_ms) is int and timestamp_ms >= 0:
-            timestamp = timestamp_ms
+        if self._system_clock:  # the real clock, read without a Python-level call
+            now = _monotonic() * 1000.0
+            if timestamp_ms is None:
+                timestamp = int(_wall() * 1000)
+            elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                timestamp = timestamp_ms
+            else:
+                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
         else:
-            raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
-        now = self._monotonic_ms()
+            now = self._monotonic_ms()
+            timestamp = self._wall_ms() if timestamp_ms is None else timestamp_ms
+            if type(timestamp) is not int or timestamp < 0:
+                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
         waited: Optional[float] = None
         cluster = self._metadata.cluster
         num_partitions = cluster.partition_counts.get(topic)
@@ -222,7 +232,7 @@ class Producer:
                                                         sticky[0])
                 sticky[1] = 0
         if result[1] or result[2]:
-            self._sender.wakeup()
+            self._wakeup()  # the selector's own, cheap while a wakeup is pending
         return result[0]
 
     def _raise_unusable(self) -> None:

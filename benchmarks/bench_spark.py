@@ -7,7 +7,8 @@
 Both paths write the same DataFrame (generated in Spark, cached first so neither pays for it) to a
 6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
 (task i writes partitions i, i+2, i+4): tansu 0.6 loses appends when two producers write one partition
-at the same moment, and this keeps both paths equal. Each timed run includes the Spark job and the
+at the same moment, and this keeps both paths equal. For the same reason both paths use
+max.in.flight.requests.per.connection=1 on tansu (pass --setting to change it). Each timed run includes the Spark job and the
 final flush; Python workers and producers are warmed up by a small run first.
 """
 from __future__ import annotations
@@ -150,6 +151,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="a producer setting for both paths, e.g. --setting linger.ms=10")
     args = ap.parse_args(argv)
     settings = dict(s.split("=", 1) for s in args.setting)
+    if not args.mock and not args.bootstrap:
+        # tansu 0.6 fails some pipelined appends to one partition with UNKNOWN_SERVER_ERROR
+        # ("AlreadyExists ... .batch" in its log): one request in flight per connection avoids it
+        settings.setdefault("max.in.flight.requests.per.connection", "1")
 
     _setup_env()
     from pyspark.sql import SparkSession

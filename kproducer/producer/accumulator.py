@@ -167,15 +167,10 @@ class RecordAccumulator:
                 if last is not None and not last.closed:
                     start = pos
                     builder = last.builder
-                    append = builder.try_append
                     first_delta = builder.record_count
-                    while pos < total:
-                        i = indices[pos]
-                        if append(timestamp, keys[i] if keys is not None else None, values[i],
-                                  headers[i] if headers is not None else None) < 0:
-                            last.close_for_appends()
-                            break
-                        pos += 1
+                    pos = builder.extend(timestamp, keys, values, headers, indices, pos)
+                    if pos < total:
+                        last.close_for_appends()
                     if pos > start:
                         last.last_append_ms = now_ms
                         segments.append((last, first_delta, pos - start, indices[start:pos]))

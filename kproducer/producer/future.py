@@ -203,12 +203,29 @@ class BatchSendFuture:
         return out  # type: ignore[return-value]
 
     def partition_offsets(self) -> Dict[Tuple[str, int], Tuple[int, int]]:
-        """``{(topic, partition): (first offset, last offset)}`` of the records (after :meth:`wait`)."""
+        """``{(topic, partition): (first offset, last offset)}`` of the records (waits like :meth:`wait`).
+        Computed per batch, not per record. Offsets are -1 with acks=0."""
+        self.wait()
         ranges: Dict[Tuple[str, int], Tuple[int, int]] = {}
-        for md in self.get(0 if self.done() else None):
-            key = (md.topic, md.partition)
-            lo, hi = ranges.get(key, (md.offset, md.offset))
-            ranges[key] = (min(lo, md.offset), max(hi, md.offset))
+
+        def add(b: "ProducerBatch", lo_delta: int, hi_delta: int) -> None:
+            lo = b.base_offset + lo_delta if b.base_offset >= 0 else -1
+            hi = b.base_offset + hi_delta if b.base_offset >= 0 else -1
+            key = (b.topic, b.partition)
+            if key in ranges:
+                old_lo, old_hi = ranges[key]
+                lo, hi = min(lo, old_lo), max(hi, old_hi)
+            ranges[key] = (lo, hi)
+
+        for batch, first, n, _idx in self._segments:
+            if batch.split_into is None:
+                add(batch, first, first + n - 1)
+                continue
+            for j in range(first, first + n):  # split batches: follow each record
+                b, delta = batch, j
+                while b.split_into is not None:
+                    b, delta = b.split_into[delta]
+                add(b, delta, delta)
         return ranges
 
     def __repr__(self) -> str:

@@ -279,9 +279,97 @@ static PyObject *RecordsBuffer_try_append(RecordsBuffer *self, PyObject *const *
     return PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
 }
 
+/*
+ * extend(timestamp_ms, keys, values, headers, indices, pos) -> next pos
+ * Appends records indices[pos], indices[pos+1], ... (positions in keys/values/headers; keys and headers
+ * may be None) with one timestamp, until the batch is full or indices run out. Returns the position
+ * of the first record not appended.
+ */
+static PyObject *RecordsBuffer_extend(RecordsBuffer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "extend(timestamp_ms, keys, values, headers, indices, pos)");
+        return NULL;
+    }
+    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "RecordsBuffer._buf must be a bytearray");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[0]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    PyObject *keys = args[1], *values = args[2], *headers = args[3], *indices = args[4];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[5]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t total = PySequence_Size(indices);
+    if (total < 0) return NULL;
+    while (pos < total) {
+        PyObject *io = PySequence_GetItem(indices, pos);
+        if (io == NULL) return NULL;
+        Py_ssize_t i = PyLong_AsSsize_t(io);
+        Py_DECREF(io);
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        PyObject *value = PySequence_GetItem(values, i);
+        if (value == NULL) return NULL;
+        PyObject *key = Py_None, *hdrs = Py_None;
+        Py_INCREF(key);
+        Py_INCREF(hdrs);
+        if (keys != Py_None) {
+            Py_DECREF(key);
+            key = PySequence_GetItem(keys, i);
+        }
+        if (key != NULL && headers != Py_None) {
+            Py_DECREF(hdrs);
+            hdrs = PySequence_GetItem(headers, i);
+        }
+        if (key == NULL || hdrs == NULL) {
+            Py_DECREF(value);
+            Py_XDECREF(key);
+            Py_XDECREF(hdrs);
+            return NULL;
+        }
+        long long count = self->count;
+        Py_ssize_t n;
+        if (count) {
+            n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, key,
+                          value, hdrs);
+        } else {
+            n = do_append(self->buf, -1, 0, 0, key, value, hdrs);
+        }
+        if (n == -1) {
+            /* unusual record: the Python encoder decides */
+            PyObject *stack[5] = {(PyObject *)self, args[0], key, value, hdrs};
+            PyObject *r = PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
+            Py_DECREF(value);
+            Py_DECREF(key);
+            Py_DECREF(hdrs);
+            if (r == NULL) return NULL;
+            long d = PyLong_AsLong(r);
+            Py_DECREF(r);
+            if (d == -1 && PyErr_Occurred()) return NULL;
+            if (d < 0) break;
+            pos++;
+            continue;
+        }
+        Py_DECREF(value);
+        Py_DECREF(key);
+        Py_DECREF(hdrs);
+        if (n == -2) return NULL;
+        if (n == 0) break;
+        if (count == 0) {
+            self->base_ts = self->max_ts = ts;
+        } else if (ts > self->max_ts) {
+            self->max_ts = ts;
+        }
+        self->count = count + 1;
+        pos++;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
 static PyMethodDef RecordsBuffer_methods[] = {
     {"try_append", (PyCFunction)(void (*)(void))RecordsBuffer_try_append, METH_FASTCALL,
      "Encode one record into the batch; its offset delta, or -1 when the batch is full."},
+    {"extend", (PyCFunction)(void (*)(void))RecordsBuffer_extend, METH_FASTCALL,
+     "Append records indices[pos:] until the batch is full; returns the next position."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -305,6 +305,22 @@ class _RecordsBufferPy:
 
     try_append = _try_append_py
 
+    def extend(self, timestamp_ms: int, keys: Optional[Sequence[Optional[bytes]]],
+               values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],
+               indices: Sequence[int], pos: int) -> int:
+        """Append the records at ``indices[pos:]`` (positions in ``keys``/``values``/``headers``, which
+        may be None) with one timestamp until the batch is full; returns the position of the first record
+        not appended."""
+        append = self.try_append
+        total = len(indices)
+        while pos < total:
+            i = indices[pos]
+            if append(timestamp_ms, keys[i] if keys is not None else None, values[i],
+                      headers[i] if headers is not None else None) < 0:
+                break
+            pos += 1
+        return pos
+
 
 if TYPE_CHECKING:
     _RecordsBase = _RecordsBufferPy

@@ -142,7 +142,7 @@ class _Task:
                 self._reap(block=False)
             producer.flush()  # at-least-once: nothing is left unacknowledged when the task reports success
             self._reap(block=True)
-        except BaseException as e:
+        except Exception as e:
             discard_producer(settings)
             where = f" to topic {self.topic!r}" if self.topic else ""
             raise SinkWriteError(
@@ -150,6 +150,9 @@ class _Task:
                 f"via bootstrap.servers={self.opts.bootstrap_servers}: {type(e).__name__}: {e} "
                 f"[{self.rows} rows queued, at least {self.acked} acknowledged before the failure; rows already "
                 "written stay written, and Spark's task retry writes them again]") from e
+        except BaseException:  # interrupted (task killed, worker exiting): drop what is queued, as is
+            discard_producer(settings)
+            raise
         seconds = time.monotonic() - started
         log.info("kproducer sink: task %d wrote %d rows (%d bytes) in %.2f s (pid %d)", partition_id, self.rows,
                  self.bytes, seconds, os.getpid())

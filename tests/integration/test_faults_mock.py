@@ -181,6 +181,16 @@ def producing(cluster: MockCluster, **config: Any) -> Iterator[Producer]:
     close_bounded(producer)
 
 
+def warm_up(producer: Producer, sent: Sent) -> List[int]:
+    """One record per partition, acknowledged: the producer is connected and every partition holds state
+    for its producer id. (Faults before that can hit a known bug: see
+    test_first_batch_of_a_partition_failing_keeps_the_order.)"""
+    indices = [sent.send(producer, b"warm-up-%d" % p, partition=p) for p in range(PARTITIONS)]
+    producer.flush(WAIT)
+    assert all(sent.futures[i].exception(0) is None for i in indices)
+    return indices
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -223,8 +233,7 @@ def cluster() -> Iterator[MockCluster]:
 def test_retriable_errors_are_retried_and_delivered_exactly_once(cluster: MockCluster, codes: List[int]) -> None:
     sent = Sent()
     with producing(cluster) as producer:
-        sent.send(producer, b"warm-up", partition=0)
-        producer.flush(WAIT)
+        warm_up(producer, sent)
         cluster.inject_errors("produce", codes)
         sent.send_many(producer, "r", 300)
         producer.flush(WAIT)
@@ -238,6 +247,35 @@ def test_retriable_errors_are_retried_and_delivered_exactly_once(cluster: MockCl
     assert_idempotent_sequences(cluster)
     # one producer id for everything: no reset was needed
     assert len({r.producer_id for recs in stored(cluster).values() for r in recs}) == 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known bug: the first batch of a partition is pipelined with later ones; a broker without state for the "
+    "producer accepts any sequence, so B is written before A and A's retry is refused as "
+    "OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms"))
+def test_first_batch_of_a_partition_failing_keeps_the_order() -> None:
+    """A broker with no state for a producer accepts any sequence (Kafka 2.5+; the mock does the same).
+    The first batch A of a partition fails retriably (nothing written) while B waits behind it: B must
+    not be written before A (and A's retry must not be refused as out of order): the log is [A, B]."""
+    with MockCluster(1) as cluster:
+        cluster.create_topic(TOPIC, 2)
+        sent = Sent()
+        with producing(cluster, linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2000) as producer:
+            sent.send(producer, b"warm", partition=1)  # connected, producer id known; partition 0 untouched
+            producer.flush(WAIT)
+            cluster.set_latency(1, 300)
+            cluster.inject_errors("produce", [19])  # NOT_ENOUGH_REPLICAS for A
+            a = sent.send(producer, b"A", partition=0)
+            wait_until(lambda: cluster.request_counts["produce"] >= 2, what="A to reach the broker")
+            b = sent.send(producer, b"B", partition=0)
+            assert sent.futures[a].exception(WAIT) is None
+            assert sent.futures[b].exception(WAIT) is None
+            cluster.set_latency(1, 0)
+        sent.wait_callbacks()
+        sent.check_callbacks_once()
+        recs = cluster.records(TOPIC, 0)
+        assert [(r.value, r.sequence) for r in recs] == [(b"A", 0), (b"B", 1)]
+        assert sent.results[a][0].offset == 0 and sent.results[b][0].offset == 1
 
 
 def test_out_of_order_sequence_resets_the_producer_id_and_delivers(cluster: MockCluster) -> None:
@@ -479,21 +517,27 @@ class FaultLoop(threading.Thread):
             raise self.error
 
 
-def produce_in_rounds(producer: Producer, sent: Sent, rounds: int, per_round: int, tag: str = "m") -> None:
-    for r in range(rounds):
+def produce_in_rounds(producer: Producer, sent: Sent, rounds: int, per_round: int, tag: str = "m",
+                      until: Optional[Callable[[], bool]] = None, max_rounds: int = 500) -> None:
+    """``rounds`` rounds of ``per_round`` records; with ``until``, more rounds (at most ``max_rounds``)
+    until it holds (e.g. until enough faults happened while producing)."""
+    r = 0
+    while r < rounds or (until is not None and not until() and r < max_rounds):
         sent.send_many(producer, f"{tag}{r:03d}", per_round)
         time.sleep(0.002)  # let the sender interleave requests with the faults
+        r += 1
 
 
 def test_dropped_connections_mid_stream(cluster: MockCluster) -> None:
     sent = Sent()
     with producing(cluster) as producer:
+        warm_up(producer, sent)
         loop = FaultLoop(cluster, lambda n: cluster.drop_connections(), every=4, limit=15)
         loop.start()
-        produce_in_rounds(producer, sent, 60, 60)
+        produce_in_rounds(producer, sent, 60, 60, until=lambda: loop.applied >= 5)
         producer.flush(WAIT)
         loop.stop()
-        assert loop.applied >= 3, f"only {loop.applied} drops happened"
+        assert loop.applied >= 5, f"only {loop.applied} drops happened"
     sent.wait_callbacks()
     sent.check_callbacks_once()
     assert sent.failed() == {}
@@ -506,8 +550,7 @@ def test_lost_responses_are_retried_and_deduplicated(cluster: MockCluster) -> No
     retry has the same sequence, the broker answers it as a duplicate with the original offset."""
     sent = Sent()
     with producing(cluster) as producer:
-        sent.send(producer, b"warm-up", partition=0)
-        producer.flush(WAIT)
+        warm_up(producer, sent)
         before = cluster.request_counts["produce"]
         cluster.drop_responses("produce", 3)
         sent.send_many(producer, "d", 120)
@@ -593,12 +636,13 @@ def test_leader_moves_mid_stream(cluster: MockCluster) -> None:
         cluster.move_leader(TOPIC, p, cluster.leader(TOPIC, p) % 3 + 1)
 
     with producing(cluster) as producer:
+        warm_up(producer, sent)
         loop = FaultLoop(cluster, move, every=3, limit=18)
         loop.start()
-        produce_in_rounds(producer, sent, 60, 60)
+        produce_in_rounds(producer, sent, 60, 60, until=lambda: loop.applied >= 6)
         producer.flush(WAIT)
         loop.stop()
-        assert loop.applied >= 3
+        assert loop.applied >= 6
     sent.wait_callbacks()
     sent.check_callbacks_once()
     assert sent.failed() == {}
@@ -610,6 +654,7 @@ def test_broker_stop_and_start_mid_stream(cluster: MockCluster) -> None:
     """Broker 2 stops (its partitions move to live brokers, as with replication) and comes back."""
     sent = Sent()
     with producing(cluster) as producer:
+        warm_up(producer, sent)
         produce_in_rounds(producer, sent, 10, 60, "a")
         wait_until(lambda: cluster.request_counts["produce"] >= 3, what="produce traffic")
         cluster.stop_broker(2)
@@ -619,15 +664,15 @@ def test_broker_stop_and_start_mid_stream(cluster: MockCluster) -> None:
         cluster.start_broker(2)
         cluster.move_leader(TOPIC, 1, 2)
         cluster.move_leader(TOPIC, 4, 2)
+        to_2 = produce_requests_to(cluster, 2)
         produce_in_rounds(producer, sent, 10, 60, "c")
         producer.flush(WAIT)
+        assert produce_requests_to(cluster, 2) > to_2, "the restarted broker leads again and gets records"
     sent.wait_callbacks()
     sent.check_callbacks_once()
     assert sent.failed() == {}
     assert_exactly_once(cluster, sent)
     assert_idempotent_sequences(cluster)
-    assert any(e.broker_id == 2 and e.api == "produce" for e in cluster.request_log[-50:]) or \
-        produce_requests_to(cluster, 2) > 0
 
 
 def test_leaderless_partitions_wait_for_the_broker_to_return() -> None:
@@ -704,13 +749,15 @@ def test_acks_0_error_loses_the_batch_silently(cluster: MockCluster) -> None:
         sent.send_many(producer, "z", 60)
         cluster.inject_errors("produce", [87])
         producer.flush(WAIT)
-        wait_until(lambda: not cluster.pending_errors("produce"), what="the injected error")
-        time.sleep(0.2)
+        expected = sent.expected_by_partition(list(range(60)))
+        # the broker appends acks=0 records after the futures completed: wait for the five other batches
+        wait_until(lambda: sum(v == expected[p] for p, v in stored_values(cluster).items()) == PARTITIONS - 1,
+                   what="the other partitions' batches to be stored")
     sent.wait_callbacks()
     sent.check_callbacks_once()
     assert sent.failed() == {}
+    assert cluster.pending_errors("produce") == []
     values = stored_values(cluster)
-    expected = sent.expected_by_partition(list(range(60)))
     missing = [p for p in range(PARTITIONS) if values[p] != expected[p]]
     assert len(missing) == 1 and values[missing[0]] == [], values
     # whatever was stored, was stored once

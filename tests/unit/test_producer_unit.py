@@ -378,3 +378,34 @@ def test_a_non_retriable_metadata_error_fails_send_at_once(env: Env) -> None:
     with pytest.raises(TopicAuthorizationFailedError):
         p.send("secret", value=b"v")
     assert time.monotonic() - start < 5  # not after max.block.ms
+
+
+def test_send_batch_spreads_records_and_reports_offsets_per_partition(env: Env) -> None:
+    p = env.producer(batch_size=2000)
+    values = [b"v%04d" % i for i in range(1000)]
+    keys = [b"k%d" % (i % 10) for i in range(1000)]
+    fut = p.send_batch("six", values, keys=keys, headers=[[("n", b"%d" % i)] for i in range(1000)])
+    mds = fut.get(timeout=10)
+    assert len(mds) == 1000
+    for i, md in enumerate(mds):
+        assert md.partition == partition_for_key(keys[i], 6)
+    # what the broker stored, per partition, is the input order of that partition's records
+    for part in range(6):
+        expected = [values[i] for i in range(1000) if mds[i].partition == part]
+        assert env.selector.log_values(("six", part)) == expected
+    ranges = fut.partition_offsets()
+    for part in {md.partition for md in mds}:
+        offs = [md.offset for md in mds if md.partition == part]
+        assert ranges[("six", part)] == (min(offs), max(offs))
+
+
+def test_send_batch_checks_every_record_before_queuing_any(env: Env) -> None:
+    p = env.producer()
+    with pytest.raises(TypeError, match="value must be bytes"):
+        p.send_batch("t", [b"ok", "not bytes", b"ok"])
+    with pytest.raises(ValueError, match="keys has 1 items"):
+        p.send_batch("t", [b"a", b"b"], keys=[b"k"])
+    with pytest.raises(MessageTooLargeError):
+        p.send_batch("t", [b"small", b"x" * 2_000_000])
+    assert env.selector.sent(m.PRODUCE) == [] and p._accumulator.queued_batches() == 0
+    assert p.send_batch("t", [], partition=1).get(1) == []

@@ -96,3 +96,30 @@ def test_crc32c_identical() -> None:
         assert speedups.crc32c(data[cut:], speedups.crc32c(data[:cut])) == _crcmod(data)
         # unaligned views
         assert speedups.crc32c(memoryview(data)[1:]) == _crcmod(data[1:])
+
+
+def test_extend_matches_one_by_one_appends() -> None:
+    rng = random.Random(11)
+    records = [_random_record(rng) for _ in range(300)]
+    keys = [r[1] for r in records]
+    values = [r[2] for r in records]
+    headers = [r[3] for r in records]
+    order = list(range(300))
+    rng.shuffle(order)
+    for cap in (300, 16384, 1 << 22):
+        ts = 1_700_000_000_000
+        c = RecordBatchBuilder(cap)
+        py = RecordBatchBuilder(cap)
+        pos_c = c.extend(ts, keys, values, headers, order, 5)
+        pos_py = 5
+        while pos_py < len(order):
+            i = order[pos_py]
+            if py._try_append_py(ts, keys[i], values[i], headers[i]) < 0:
+                break
+            pos_py += 1
+        assert pos_c == pos_py
+        assert c.build() == py.build()
+    # keys and headers may be None; a range works as the index sequence
+    b = RecordBatchBuilder(1 << 20)
+    assert b.extend(5, None, [b"a", None, b"c"], None, range(3), 0) == 3
+    assert [r.value for r in read_batches(b.build())[0].records] == [b"a", None, b"c"]

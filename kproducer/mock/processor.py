@@ -180,12 +180,15 @@ class Processor(threading.Thread):
         for key, mask in events:
             conn = key.data
             if conn is None:
-                self._woken = False
                 try:
                     while self._wake_r.recv(4096):
                         pass
                 except OSError:
                     pass
+                # cleared after draining: a wakeup() between the two would otherwise leave the flag set with
+                # no byte in the socket, and every later wakeup() would be skipped. One that races with this
+                # drain is still seen, as the loop processes new work right after this poll.
+                self._woken = False
                 continue
             assert isinstance(conn, Connection)
             if conn.closed:

@@ -219,14 +219,22 @@ class TransactionManager:
         if batch.has_sequence():
             # a retry goes out only when it is the first unacknowledged batch: order is kept
             return batch.base_sequence != st.in_flight[0].base_sequence
+        oldest = next((b for b in st.in_flight if not b.is_done()), None)
+        if oldest is None:
+            return False
+        # The first batch of a partition under this producer id goes alone: a broker with no state for the
+        # producer accepts any sequence (Kafka 2.5+), so a batch pipelined behind a first batch that fails
+        # retriably (nothing written) would be written before it, and the first batch's retry would then be
+        # refused as OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms.
+        if st.last_acked_sequence < 0:
+            return True
         # A new batch must not push the oldest unacknowledged batch out of the broker's duplicate window
         # (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE instead of
         # acknowledged as a duplicate. One connection never has more than 5 in flight, but after a leader
         # move the old and the new leader's connections together can.
         if len(st.recent) < BROKER_DUPLICATE_WINDOW:
             return False
-        oldest = next((b for b in st.in_flight if not b.is_done()), None)
-        return oldest is not None and not any(b is oldest for b in list(st.recent)[1:])
+        return not any(b is oldest for b in list(st.recent)[1:])
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
         if batch.has_sequence() and batch.producer_id == self.producer_id:

@@ -50,13 +50,13 @@ class Sent:
         self.lock = threading.Lock()
         self.done = threading.Condition(self.lock)
         self.values: List[bytes] = []
-        self.partitions: List[Optional[int]] = []
+        self.partitions: List[int] = []
         self.futures: List[Any] = []
-        self.calls: Counter = Counter()  # index -> callback calls
+        self.calls: "Counter[int]" = Counter()  # index -> callback calls
         self.results: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
 
-    def send(self, producer: Producer, value: bytes, partition: Optional[int] = None,
-             key: Optional[bytes] = None, topic: str = TOPIC) -> int:
+    def send(self, producer: Producer, value: bytes, partition: int, key: Optional[bytes] = None,
+             topic: str = TOPIC) -> int:
         with self.lock:
             i = len(self.values)
             self.values.append(value)
@@ -113,9 +113,7 @@ class Sent:
     def expected_by_partition(self, indices: List[int]) -> Dict[int, List[bytes]]:
         out: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
         for i in indices:
-            p = self.partitions[i]
-            assert p is not None
-            out[p].append(self.values[i])
+            out[self.partitions[i]].append(self.values[i])
         return out
 
 
@@ -249,10 +247,6 @@ def test_retriable_errors_are_retried_and_delivered_exactly_once(cluster: MockCl
     assert len({r.producer_id for recs in stored(cluster).values() for r in recs}) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: the first batch of a partition is pipelined with later ones; a broker without state for the "
-    "producer accepts any sequence, so B is written before A and A's retry is refused as "
-    "OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms"))
 def test_first_batch_of_a_partition_failing_keeps_the_order() -> None:
     """A broker with no state for a producer accepts any sequence (Kafka 2.5+; the mock does the same).
     The first batch A of a partition fails retriably (nothing written) while B waits behind it: B must
@@ -342,8 +336,9 @@ def test_message_too_large_single_record_fails_others_delivered() -> None:
         sent.check_callbacks_once()
         failed = sent.failed()
         assert list(failed) == [big]
-        assert isinstance(failed[big], MessageTooLargeError) and failed[big].code == 10
-        assert "max_message_bytes" in str(failed[big])
+        exc = failed[big]
+        assert isinstance(exc, MessageTooLargeError) and exc.code == 10
+        assert "max_message_bytes" in str(exc)
         assert_exactly_once(cluster, sent, small)
 
 

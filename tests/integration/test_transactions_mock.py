@@ -54,7 +54,7 @@ class Sent:
         self.values: List[bytes] = []
         self.partitions: List[int] = []
         self.futures: List[Any] = []
-        self.calls: Counter = Counter()
+        self.calls: "Counter[int]" = Counter()
         self.results: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
 
     def send(self, producer: Producer, value: bytes, partition: int, topic: str = TOPIC) -> int:
@@ -135,6 +135,13 @@ def txn_producer(cluster: MockCluster, transactional_id: str = "txn-1", **config
         yield producer
     finally:
         close_bounded(producer)
+
+
+def pid_epoch(producer: Producer) -> Tuple[int, int]:
+    """The producer id and epoch the producer got from InitProducerId."""
+    txn = producer._txn
+    assert txn is not None
+    return txn.producer_id, txn.producer_epoch
 
 
 def log(cluster: MockCluster, p: int, topic: str = TOPIC) -> List[Any]:
@@ -228,7 +235,7 @@ def test_commit_and_abort_read_back(cluster: MockCluster) -> None:
     sent = Sent()
     with txn_producer(cluster) as producer:
         producer.init_transactions()
-        pid, epoch = producer._txn.producer_id, producer._txn.producer_epoch
+        pid, epoch = pid_epoch(producer)
         assert pid >= 0 and epoch >= 0
         producer.begin_transaction()
         c1 = sent.send_many(producer, "c1", 30)
@@ -342,14 +349,13 @@ def test_second_producer_fences_the_first_at_commit(cluster: MockCluster) -> Non
     sent = Sent()
     with txn_producer(cluster, "shared") as first:
         first.init_transactions()
-        old_epoch = first._txn.producer_epoch
+        old_pid, old_epoch = pid_epoch(first)
         first.begin_transaction()
         old = sent.send_many(first, "old", 6)
         first.flush(WAIT)
         with txn_producer(cluster, "shared") as second:
             second.init_transactions()
-            assert second._txn.producer_id == first._txn.producer_id
-            assert second._txn.producer_epoch == old_epoch + 1
+            assert pid_epoch(second) == (old_pid, old_epoch + 1)
             with pytest.raises(ProducerFencedError) as info:
                 first.commit_transaction()
             assert "fenced" in str(info.value).lower()

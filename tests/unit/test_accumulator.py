@@ -397,9 +397,15 @@ def test_drain_assigns_sequences_with_idempotence() -> None:
     env.append(TP0, b"b" * 50)
     env.append(TP0, b"c" * 50)
     [b0] = env.drain()[1]
+    # the first batch of a partition under a producer id goes alone (a broker without state for the producer
+    # would accept a later batch first); the next one follows once it is acknowledged
+    assert env.drain() == {}
+    txn.handle_completed_batch(b0, 0)
     [b1] = env.drain()[1]
+    [b2] = env.drain()[1]  # after that, batches are pipelined
     assert (b0.producer_id, b0.producer_epoch, b0.base_sequence) == (77, 3, 0)
     assert b1.base_sequence == b0.record_count
+    assert b2.base_sequence == b1.base_sequence + b1.record_count
 
 
 def test_drain_waits_for_a_producer_id() -> None:
@@ -462,15 +468,18 @@ def test_idempotent_retries_go_back_in_sequence_order() -> None:
     txn = TransactionManager()
     txn.set_producer_id(5, 0)
     env = Env(batch_size=100, linger_ms=0, txn=txn)
+    env.append(TP0, b"w" * 60)  # the partition's first batch goes alone: acknowledge it first
+    [first] = env.drain()[1]
+    txn.handle_completed_batch(first, 0)
     for v in (b"a", b"b", b"c"):
         env.append(TP0, v * 60)
-    drained = [env.drain()[1][0] for _ in range(2)]  # sequences 0 and 1 in flight, the third queued
-    assert [b.base_sequence for b in drained] == [0, 1]
+    drained = [env.drain()[1][0] for _ in range(2)]  # sequences 1 and 2 in flight, the third queued
+    assert [b.base_sequence for b in drained] == [1, 2]
     # responses fail in reverse order: the later batch is re-enqueued first
     env.acc.reenqueue(drained[1], env.now)
     env.acc.reenqueue(drained[0], env.now)
     q = env.queue(TP0)
-    assert [b.base_sequence for b in q] == [0, 1, -1]
+    assert [b.base_sequence for b in q] == [1, 2, -1]
 
 
 # -- expiry --------------------------------------------------------------------------------------

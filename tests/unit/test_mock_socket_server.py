@@ -293,3 +293,52 @@ def test_drop_connections_and_latency(cluster: MockCluster) -> None:
         start = time.monotonic()
         assert api_versions_ok(c)
         assert time.monotonic() - start < 0.2
+
+
+def test_processor_wakeup_racing_with_the_drain_is_not_lost() -> None:
+    """A wakeup() that lands while the processor drains its wakeup socket must not leave the 'woken' flag
+    set with no byte pending (every later wakeup would then be skipped, and the processor would answer
+    one request per poll timeout)."""
+    from kproducer.mock.processor import Processor
+
+    p = Processor(0, 1, RequestChannel(), SERVED_VERSIONS, 1 << 20)
+    real = p._wake_r
+
+    class RacingSocket:
+        """The wakeup socket, with another thread's wakeup() landing during the first drain read."""
+
+        raced = False
+
+        def recv(self, n: int) -> bytes:
+            if not RacingSocket.raced:
+                RacingSocket.raced = True
+                data = real.recv(n)
+                p.wakeup()  # the race: between reading the byte and clearing the flag
+                return data
+            return real.recv(n)
+
+        def fileno(self) -> int:
+            return real.fileno()
+
+    try:
+        p.wakeup()
+        p._wake_r = RacingSocket()  # type: ignore[assignment]
+        p._poll()
+        assert RacingSocket.raced
+        # either the flag is clear (the next wakeup writes a byte) or a byte is waiting for the next poll
+        pending = bool(select_readable(real))
+        assert not p._woken or pending
+        p.wakeup()
+        assert select_readable(real), "a wakeup after the race must reach the processor"
+    finally:
+        p._wake_r = real
+        p._selector.close()
+        real.close()
+        p._wake_w.close()
+
+
+def select_readable(sock: socket.socket) -> bool:
+    import select
+
+    r, _, _ = select.select([sock], [], [], 0)
+    return bool(r)

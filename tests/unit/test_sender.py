@@ -616,24 +616,27 @@ def test_idempotent_retry_keeps_its_sequence_and_bytes() -> None:
 def test_idempotent_retries_go_out_in_sequence_order() -> None:
     h = Harness(enable_idempotence=True, batch_size=200)
     h.boot()
-    # A (seq 0) fails retriably; B (seq 1), already in flight, is then out of order at the broker
+    # the partition's first batch goes alone; once it is acknowledged, batches are pipelined
+    fw = h.send(value=b"W" * 150)
+    h.run_until(fw.done)
+    # A (seq 1) fails retriably; B (seq 2), already in flight, is then out of order at the broker
     h.selector.script(m.PRODUCE, HOLD, HOLD)
     fa = h.send(value=b"A" * 150)
     h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
     fb = h.send(value=b"B" * 150)
     h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 2)
     ra, rb = h.selector.held(m.PRODUCE)
-    assert [ra.batches()[("t", 0)].base_sequence, rb.batches()[("t", 0)].base_sequence] == [0, 1]
+    assert [ra.batches()[("t", 0)].base_sequence, rb.batches()[("t", 0)].base_sequence] == [1, 2]
     h.selector.respond(ra, 6)
     h.selector.respond(rb, 45)  # OUT_OF_ORDER_SEQUENCE_NUMBER
     h.run()
-    assert [b.base_sequence for b in h.accumulator.queued_batches_list()] == [0, 1]
+    assert [b.base_sequence for b in h.accumulator.queued_batches_list()] == [1, 2]
     h.advance(1000)
     h.run_until(lambda: fa.done() and fb.done())
-    resent = [r.batches()[("t", 0)].base_sequence for r in h.produce_requests()[2:]]
-    assert resent == [0, 1]
-    assert h.selector.log_values(("t", 0)) == [b"A" * 150, b"B" * 150]
-    assert fa.get(0).offset == 0 and fb.get(0).offset == 1
+    resent = [r.batches()[("t", 0)].base_sequence for r in h.produce_requests()[3:]]
+    assert resent == [1, 2]
+    assert h.selector.log_values(("t", 0)) == [b"W" * 150, b"A" * 150, b"B" * 150]
+    assert fa.get(0).offset == 1 and fb.get(0).offset == 2
 
 
 def test_duplicate_sequence_is_counted_as_success() -> None:

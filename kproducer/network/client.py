@@ -243,9 +243,9 @@ class NetworkClient:
         """Do network I/O for up to ``timeout_ms``; complete and return the responses that arrived."""
         if self.closed:
             return []
+        metadata_timeout = self._maybe_update_metadata(now_ms)
         # responses completed outside poll (requests to a node we disconnected) come first
         responses, self._pending = self._pending, []
-        metadata_timeout = self._maybe_update_metadata(now_ms)
         timeout = 0.0 if responses else min(timeout_ms, metadata_timeout, self.request_timeout_ms)
         self.selector.poll(max(0.0, timeout))
         now_ms = self.clock.monotonic_ms()

@@ -238,8 +238,18 @@ class Sender(threading.Thread):
         for node, node_batches in batches.items():
             # a batch drained above may have just expired: it is complete, so it is not sent
             live = [b for b in node_batches if not b.is_done()]
-            if live:
+            if not live:
+                continue
+            try:
                 self._send_produce_request(node, live, now)
+            except Exception as e:  # e.g. the broker supports no usable Produce version
+                log.exception("could not send a produce request to node %s", node)
+                for b in live:
+                    if isinstance(e, KafkaError) and not e.retriable:
+                        self._fail_batch(b, e, False)  # e.g. UnsupportedVersionError: retrying cannot help
+                    else:
+                        self._complete_batch(b, 13, -1, -1, -1, f"could not send the request to node {node}: {e}",
+                                             now)
         return max(0.0, timeout)
 
     def _fail_expired_batches(self, now: float) -> None:

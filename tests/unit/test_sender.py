@@ -14,6 +14,7 @@ from kproducer.errors import (
     ProducerClosedError,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 from kproducer.producer.future import RecordMetadata
 from kproducer.protocol import messages as m
@@ -743,3 +744,19 @@ def test_force_stop_fails_queued_and_in_flight_records() -> None:
         assert isinstance(f.exception(0), ProducerClosedError)
     assert h.pool.available_memory() == h.pool.total_memory
     assert h.client.closed
+
+
+def test_a_broker_without_a_usable_produce_version_fails_the_records_at_once() -> None:
+    h = Harness()
+    h.selector.api_versions[m.PRODUCE.key] = (0, 2)  # only versions before RecordBatch v2
+    h.boot()
+    seen, cb = collector()
+    fut = h.send(callback=cb)
+    h.run_until(fut.done)
+    assert isinstance(fut.exception(0), UnsupportedVersionError)
+    assert "Produce" in str(fut.exception(0))
+    assert h.produce_requests() == [] and len(seen) == 1
+    # the sender keeps working: other records are handled the same way, nothing hangs
+    fut2 = h.send(partition=1)
+    h.run_until(fut2.done)
+    assert isinstance(fut2.exception(0), UnsupportedVersionError)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Deque, Optional
+from typing import Deque
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError

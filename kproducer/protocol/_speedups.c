@@ -14,6 +14,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * varints
  */
@@ -242,41 +249,62 @@ static void RecordsBuffer_dealloc(RecordsBuffer *self) {
 
 static PyObject *str_try_append_py;
 
+/*
+ * append_one: one record into the buffer, updating count and timestamps.
+ * Returns 1 when appended, 0 when it does not fit, -1 with an exception set.
+ */
+static int append_one(RecordsBuffer *self, PyObject *ts_obj, long long ts, PyObject *key, PyObject *value,
+                      PyObject *headers) {
+    long long count = self->count;
+    Py_ssize_t n;
+    if (count) {
+        n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, key, value,
+                      headers);
+    } else {
+        n = do_append(self->buf, -1, 0, 0, key, value, headers);
+    }
+    if (n == -2) return -1;
+    if (n == 0) return 0;
+    if (n == -1) {
+        /* an unusual record (e.g. many headers): the Python encoder decides, and updates the fields */
+        PyObject *stack[5] = {(PyObject *)self, ts_obj, key, value, headers};
+        PyObject *r = PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
+        if (r == NULL) return -1;
+        long d = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (d == -1 && PyErr_Occurred()) return -1;
+        return d >= 0 ? 1 : 0;
+    }
+    if (count == 0) {
+        self->base_ts = self->max_ts = ts;
+    } else if (ts > self->max_ts) {
+        self->max_ts = ts;
+    }
+    self->count = count + 1;
+    return 1;
+}
+
+static int check_buffer(RecordsBuffer *self) {
+    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
+        PyErr_SetString(PyExc_TypeError, "RecordsBuffer._buf must be a bytearray");
+        return -1;
+    }
+    return 0;
+}
+
 /* try_append(timestamp_ms, key, value, headers=None) -> offset delta, or -1 when it does not fit */
 static PyObject *RecordsBuffer_try_append(RecordsBuffer *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 3 || nargs > 4) {
         PyErr_SetString(PyExc_TypeError, "try_append(timestamp_ms, key, value, headers=None)");
         return NULL;
     }
-    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
-        PyErr_SetString(PyExc_TypeError, "RecordsBuffer._buf must be a bytearray");
-        return NULL;
-    }
+    if (check_buffer(self) < 0) return NULL;
     long long ts = PyLong_AsLongLong(args[0]);
     if (ts == -1 && PyErr_Occurred()) return NULL;
-    PyObject *headers = nargs == 4 ? args[3] : Py_None;
     long long count = self->count;
-    Py_ssize_t n;
-    if (count) {
-        n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, args[1],
-                      args[2], headers);
-    } else {
-        n = do_append(self->buf, -1, 0, 0, args[1], args[2], headers);
-    }
-    if (n > 0) {
-        if (count == 0) {
-            self->base_ts = self->max_ts = ts;
-        } else if (ts > self->max_ts) {
-            self->max_ts = ts;
-        }
-        self->count = count + 1;
-        return PyLong_FromLongLong(count);
-    }
-    if (n == 0) return PyLong_FromLong(-1);
-    if (n == -2) return NULL;
-    /* the Python encoder decides (e.g. many headers) */
-    PyObject *stack[5] = {(PyObject *)self, args[0], args[1], args[2], headers};
-    return PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
+    int r = append_one(self, args[0], ts, args[1], args[2], nargs == 4 ? args[3] : Py_None);
+    if (r < 0) return NULL;
+    return PyLong_FromLongLong(r ? count : -1);
 }
 
 /*
@@ -290,10 +318,7 @@ static PyObject *RecordsBuffer_extend(RecordsBuffer *self, PyObject *const *args
         PyErr_SetString(PyExc_TypeError, "extend(timestamp_ms, keys, values, headers, indices, pos)");
         return NULL;
     }
-    if (self->buf == NULL || !PyByteArray_CheckExact(self->buf)) {
-        PyErr_SetString(PyExc_TypeError, "RecordsBuffer._buf must be a bytearray");
-        return NULL;
-    }
+    if (check_buffer(self) < 0) return NULL;
     long long ts = PyLong_AsLongLong(args[0]);
     if (ts == -1 && PyErr_Occurred()) return NULL;
     PyObject *keys = args[1], *values = args[2], *headers = args[3], *indices = args[4];
@@ -308,58 +333,14 @@ static PyObject *RecordsBuffer_extend(RecordsBuffer *self, PyObject *const *args
         Py_DECREF(io);
         if (i == -1 && PyErr_Occurred()) return NULL;
         PyObject *value = PySequence_GetItem(values, i);
-        if (value == NULL) return NULL;
-        PyObject *key = Py_None, *hdrs = Py_None;
-        Py_INCREF(key);
-        Py_INCREF(hdrs);
-        if (keys != Py_None) {
-            Py_DECREF(key);
-            key = PySequence_GetItem(keys, i);
-        }
-        if (key != NULL && headers != Py_None) {
-            Py_DECREF(hdrs);
-            hdrs = PySequence_GetItem(headers, i);
-        }
-        if (key == NULL || hdrs == NULL) {
-            Py_DECREF(value);
-            Py_XDECREF(key);
-            Py_XDECREF(hdrs);
-            return NULL;
-        }
-        long long count = self->count;
-        Py_ssize_t n;
-        if (count) {
-            n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, key,
-                          value, hdrs);
-        } else {
-            n = do_append(self->buf, -1, 0, 0, key, value, hdrs);
-        }
-        if (n == -1) {
-            /* unusual record: the Python encoder decides */
-            PyObject *stack[5] = {(PyObject *)self, args[0], key, value, hdrs};
-            PyObject *r = PyObject_VectorcallMethod(str_try_append_py, stack, 5, NULL);
-            Py_DECREF(value);
-            Py_DECREF(key);
-            Py_DECREF(hdrs);
-            if (r == NULL) return NULL;
-            long d = PyLong_AsLong(r);
-            Py_DECREF(r);
-            if (d == -1 && PyErr_Occurred()) return NULL;
-            if (d < 0) break;
-            pos++;
-            continue;
-        }
-        Py_DECREF(value);
-        Py_DECREF(key);
-        Py_DECREF(hdrs);
-        if (n == -2) return NULL;
-        if (n == 0) break;
-        if (count == 0) {
-            self->base_ts = self->max_ts = ts;
-        } else if (ts > self->max_ts) {
-            self->max_ts = ts;
-        }
-        self->count = count + 1;
+        PyObject *key = keys == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(keys, i);
+        PyObject *hdrs = headers == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(headers, i);
+        int r = (value == NULL || key == NULL || hdrs == NULL) ? -1 : append_one(self, args[0], ts, key, value, hdrs);
+        Py_XDECREF(value);
+        Py_XDECREF(key);
+        Py_XDECREF(hdrs);
+        if (r < 0) return NULL;
+        if (r == 0) break;
         pos++;
     }
     return PyLong_FromSsize_t(pos);

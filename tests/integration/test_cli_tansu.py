@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Set
+from typing import Any, Callable, Dict, Set
 
 import pytest
+from readback import consume
 
 from kproducer import cli
 
@@ -14,25 +14,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
-
-
-def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 20.0) -> List[Any]:
-    from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=5000, fetch_max_wait_ms=50,
-                             request_timeout_ms=15000, client_id="kproducer-cli-tests")
-    got: List[Any] = []
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                got.extend(records)
-    finally:
-        consumer.close()
-    return got
 
 
 def test_produce_to_tansu_read_back(tansu: Any, new_topic: Callable[..., str], tmp_path: Path,
@@ -45,7 +26,7 @@ def test_produce_to_tansu_read_back(tansu: Any, new_topic: Callable[..., str], t
                    "--key-separator", "|", "--header", "origin=cli", "--header", "empty=",
                    "--compression", "gzip", "-X", "linger.ms=2"])
     assert rc == 0, capsys.readouterr().err
-    got = consume(tansu.bootstrap, topic, 3, len(lines))
+    got = consume(tansu.bootstrap, topic, range(3), len(lines), timeout=20)
     assert sorted((r.key, r.value) for r in got) == sorted(
         (f"key{i % 4}".encode(), f"value {i}".encode()) for i in range(50))
     assert all(list(r.headers) == [("origin", b"cli"), ("empty", b"")] for r in got)
@@ -69,4 +50,4 @@ def test_perf_against_tansu(tansu: Any, new_topic: Callable[..., str], capsys: p
         doc = json.loads(out)
         assert doc["records"] == 3000 and doc["errors"] == 0 and doc["records_per_sec"] > 0
         assert doc["p99_ms"] >= doc["p50_ms"] > 0
-    assert len(consume(tansu.bootstrap, topic, 6, 6000)) == 6000
+    assert len(consume(tansu.bootstrap, topic, range(6), 6000, timeout=20)) == 6000

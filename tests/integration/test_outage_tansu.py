@@ -22,14 +22,15 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
+from readback import consume
+from tansu import Tansu, free_port
 
 from kproducer import Producer
 from kproducer.errors import KafkaTimeoutError, ProducerClosedError
 from kproducer.producer.partitioner import partition_for_key
-from tansu import Tansu, free_port
 
 pytestmark = [
     pytest.mark.integration,
@@ -194,28 +195,6 @@ def broker() -> Iterator[GatedBroker]:
         b.close()
 
 
-def consume(bootstrap: str, topic: str, expected: int, timeout: float = 20.0) -> List[Any]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-        fetch_max_wait_ms=20, consumer_timeout_ms=5000, request_timeout_ms=10000, allow_auto_create_topics=False,
-    )
-    got: List[Any] = []
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for msgs in consumer.poll(timeout_ms=200, max_records=20000).values():
-                got.extend(msgs)
-        for msgs in consumer.poll(timeout_ms=100).values():
-            got.extend(msgs)
-    finally:
-        consumer.close()
-    return got
-
-
 class Tracker:
     """Per-record callback bookkeeping: when (monotonic) and how each record completed."""
 
@@ -294,7 +273,7 @@ def test_records_queued_during_outage_are_delivered_after_restart(broker: GatedB
         assert md == futures[i].get(0)
         expected[(md.partition, md.offset)] = sent[i]
     assert len(expected) == len(after), "two records acknowledged at the same offset"
-    consumed = consume(broker.bootstrap, TOPIC, len(expected))
+    consumed = consume(broker.bootstrap, TOPIC, range(PARTITIONS), len(expected), timeout=20)
     got = {(m.partition, m.offset): (m.key, m.value) for m in consumed}
     assert len(got) == len(consumed)
     missing = set(expected) - set(got)

@@ -7,8 +7,6 @@ callback runs exactly once. Also acks=0/1, send_batch, compression codecs, parti
 from __future__ import annotations
 
 import functools
-import socket
-import struct
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -19,8 +17,8 @@ from kproducer import Producer
 from kproducer.errors import KafkaTimeoutError
 from kproducer.producer.partitioner import murmur2
 from kproducer.protocol.compression import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD
-from kproducer.protocol.messages import FETCH, decode_response, encode_request
-from kproducer.protocol.records import RecordBatch, read_batches
+
+from readback import consume, fetch_batches
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,75 +35,11 @@ Row = Tuple[int, int, Optional[bytes], Optional[bytes], Tuple[Header, ...], int]
 # reading back
 
 
-def consume(bootstrap: str, topic: str, expected: int, partitions: Sequence[int] = range(PARTITIONS),
-            timeout: float = 60.0, isolation_level: str = "read_uncommitted") -> List[Any]:
-    """Read ``topic`` from the beginning with kafka-python until ``expected`` records or ``timeout``;
-    then one more short poll so that extra (unexpected) records would be seen too."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-        fetch_max_wait_ms=20, consumer_timeout_ms=5000, request_timeout_ms=15000, isolation_level=isolation_level,
-        allow_auto_create_topics=False, client_id="kproducer-tests-consumer",
-    )
-    got: List[Any] = []
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in partitions])
-        consumer.seek_to_beginning()
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for msgs in consumer.poll(timeout_ms=200, max_records=20000).values():
-                got.extend(msgs)
-        for msgs in consumer.poll(timeout_ms=100, max_records=20000).values():
-            got.extend(msgs)
-    finally:
-        consumer.close()
-    return got
-
-
 def rows(consumed: Sequence[Any]) -> Set[Row]:
     out = {(m.partition, m.offset, m.key, m.value, tuple((k, v) for k, v in m.headers), m.timestamp)
            for m in consumed}
     assert len(out) == len(consumed), "the same record was read twice"
     return out
-
-
-def fetch_batches(bootstrap: str, topic: str, partition: int, timeout: float = 20.0) -> List[RecordBatch]:
-    """Every batch of a partition, control batches included, through raw Fetch v11 requests."""
-    host, port = bootstrap.rsplit(":", 1)
-    out: List[RecordBatch] = []
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-
-        def recv(n: int) -> bytes:
-            buf = b""
-            while len(buf) < n:
-                chunk = sock.recv(n - len(buf))
-                assert chunk, "broker closed the connection"
-                buf += chunk
-            return buf
-
-        offset, corr, deadline = 0, 0, time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            corr += 1
-            frame = encode_request(FETCH, 11, corr, "kproducer-tests-fetch", {
-                "max_wait_ms": 10, "min_bytes": 1, "max_bytes": 16 << 20, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-                "topics": [{"topic": topic, "partitions": [
-                    {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 16 << 20}]}],
-            })
-            sock.sendall(struct.pack(">i", len(frame)) + frame)
-            (size,) = struct.unpack(">i", recv(4))
-            got_corr, resp = decode_response(FETCH, 11, recv(size))
-            assert got_corr == corr
-            (pr,) = resp["responses"][0]["partitions"]
-            assert pr["error_code"] == 0, pr
-            batches = read_batches(pr["records"] or b"", allow_partial_tail=True)
-            out.extend(b for b in batches if b.last_offset >= offset)
-            if batches:
-                offset = batches[-1].last_offset + 1
-            if offset >= pr["high_watermark"]:
-                return out
-        raise AssertionError(f"could not fetch {topic}-{partition} up to its high watermark in {timeout}s")
 
 
 def java_partition(key: bytes, partitions: int = PARTITIONS) -> int:
@@ -222,7 +156,7 @@ def test_100k_records_byte_exact(tansu: Any, new_topic: Any) -> None:
     # keyless records go somewhere sensible too (sticky batches over several partitions)
     assert len({md.partition for (k, _v, _h, _t), md in zip(sent, metas) if k is None}) > 1
 
-    consumed = consume(tansu.bootstrap, topic, n)
+    consumed = consume(tansu.bootstrap, topic, range(PARTITIONS), n)
     got = rows(consumed)
     assert len(got) == n, f"read {len(got)} of {n} records"
     missing, extra = expected - got, got - expected
@@ -265,7 +199,7 @@ def test_acks(tansu: Any, new_topic: Any, acks: Any) -> None:
     callbacks.assert_exactly_once()
     for (k, _v), md in zip(records, metas):
         assert md.partition == java_partition(k)
-    consumed = consume(tansu.bootstrap, topic, n)
+    consumed = consume(tansu.bootstrap, topic, range(PARTITIONS), n)
     assert len(consumed) == n
     assert sorted((m.key, m.value) for m in consumed) == sorted(records)
     for (k, _v), md in zip(records, metas):
@@ -315,7 +249,7 @@ def test_send_batch_50k(tansu: Any, new_topic: Any, keyed: bool) -> None:
     for (t, p), (lo, hi) in ranges.items():
         offs = [md.offset for md in metas if md.partition == p]
         assert t == topic and (lo, hi) == (min(offs), max(offs))
-    consumed = consume(tansu.bootstrap, topic, n)
+    consumed = consume(tansu.bootstrap, topic, range(PARTITIONS), n)
     got = rows(consumed)
     assert got == expected, (sorted(expected - got)[:3], sorted(got - expected)[:3])
     # one send_batch call keeps input order within each partition
@@ -353,11 +287,11 @@ def test_compression_read_by_kafka_python(tansu: Any, new_topic: Any, codec: str
         producer.flush(timeout=30)
         metas = [f.get(0) for f in futures]
     expected = {(md.partition, md.offset, k, v, tuple(h), md.timestamp) for (k, v, h), md in zip(records, metas)}
-    got = rows(consume(tansu.bootstrap, topic, n, partitions=range(3)))
+    got = rows(consume(tansu.bootstrap, topic, range(3), n))
     assert got == expected
     # the data really is compressed with that codec on the broker
     for p in range(3):
-        batches = fetch_batches(tansu.bootstrap, topic, p)
+        batches, _ = fetch_batches(tansu.bootstrap, topic, p)
         assert batches and all(b.compression == codec_id for b in batches), \
             (codec, p, {b.compression for b in batches})
         assert sum(b.record_count for b in batches) == sum(1 for md in metas if md.partition == p)
@@ -404,7 +338,7 @@ def test_unknown_topic_is_auto_created(tansu: Any) -> None:
         assert consumer.partitions_for_topic(topic) == set(range(count))
     finally:
         consumer.close()
-    (m,) = consume(tansu.bootstrap, topic, 1, partitions=range(count), timeout=10)
+    (m,) = consume(tansu.bootstrap, topic, range(count), 1, timeout=10)
     assert (m.partition, m.offset, m.key, m.value) == (md.partition, 0, b"k", b"first")
 
 

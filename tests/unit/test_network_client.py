@@ -3,7 +3,7 @@ ordering, request timeouts, disconnects, reconnect backoff, connection setup tim
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import pytest
 

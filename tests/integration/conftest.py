@@ -1,0 +1,16 @@
+"""Fixtures of the integration tests."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+
+@pytest.fixture
+def no_internal_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail a test when the producer or the mock cluster logged an internal error (a traceback, or the
+    sender thread's "unexpected error ... it carries on"), even if the test's assertions held."""
+    yield
+    bad = [r for r in caplog.records if r.name.startswith("kproducer")
+           and (r.exc_info is not None or "unexpected error" in r.getMessage())]
+    assert not bad, "internal errors logged: " + "; ".join(f"{r.name}: {r.getMessage()}" for r in bad[:3])

@@ -36,7 +36,12 @@ log = logging.getLogger(__name__)
 _ids = itertools.count(1)
 HeaderInput = Union[Sequence[Tuple[str, Optional[bytes]]], Mapping[str, Optional[bytes]]]
 _BYTES = (bytes, bytearray, memoryview)
+_BYTES_OR_NONE = {bytes, type(None)}
 _TOPIC_TOUCH_MS = 1000.0
+# a record without headers: about 10 bytes of varints and attributes on top of key and value; the upper
+# bound (worst-case varints and the batch header) is _BOUND_EXTRA more
+_RECORD_OVERHEAD = 10
+_BOUND_EXTRA = RecordBatchBuilder.estimate_record_size(None, None, None) - _RECORD_OVERHEAD
 _HASH_CACHE_SIZE = 65536  # keys whose murmur2 hash is remembered (most workloads repeat keys)
 
 
@@ -58,6 +63,14 @@ def _bytes_or_none(what: str, obj: Any, serializer: Any) -> Optional[bytes]:
         hint = (f"; encode it (e.g. {what}={what}.encode()) or set {what}_serializer=str.encode when creating "
                 "the Producer")
     raise TypeError(f"{what} must be bytes or None, got {type(obj).__name__}{hint}")
+
+
+def _longest(items: Sequence[Optional[bytes]]) -> int:
+    """Length of the longest item (None counts as 0)."""
+    try:
+        return max(map(len, items), default=0)  # type: ignore[arg-type]
+    except TypeError:  # there are None items
+        return max((len(x) for x in items if x is not None), default=0)
 
 
 def _check_headers(headers: Any) -> List[Tuple[str, Optional[bytes]]]:
@@ -125,7 +138,6 @@ class Producer:
         self._max_block_ms = cfg.max_block_ms
         self._topic_touched: Dict[str, float] = {}
         self._hash_cache: Dict[bytes, int] = {}
-        self._sticky_state: Dict[str, List[int]] = {}
         self._ignore_keys = cfg.partitioner_ignore_keys
         self._batch_size = cfg.batch_size
         self._transactional = self._txn is not None and self._txn.is_transactional
@@ -189,12 +201,13 @@ class Producer:
         elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
             self._topic_touched[topic] = now
             self._metadata.add_topic(topic)
-        # the record's size (an upper bound) decides both the size check and sticky switching
-        size = 97 + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        # the record's size, about as encoded: it feeds sticky switching; with the worst-case varint sizes
+        # and the batch header on top it is the bound checked against max.request.size
+        size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if headers is not None:
-            size = RecordBatchBuilder.estimate_record_size(key, value, headers)
-        if size > self._max_request_size:
-            self._raise_too_large(size)
+            size = RecordBatchBuilder.estimate_record_size(key, value, headers) - _BOUND_EXTRA
+        if size + _BOUND_EXTRA > self._max_request_size:
+            self._raise_too_large(size + _BOUND_EXTRA)
         sticky = None
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < num_partitions:
@@ -215,10 +228,9 @@ class Producer:
             part = h % num_partitions
         else:
             # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
-            sticky = self._sticky_state.get(topic)
+            sticky = self._sticky.state.get(topic)
             if sticky is None or sticky[0] >= num_partitions:
-                sticky = self._sticky_state[topic] = [self._sticky.partition(
-                    topic, cluster.available.get(topic, ()), num_partitions), 0]
+                sticky = self._sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
             part = sticky[0]
         if self._transactional:
             self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
@@ -231,8 +243,11 @@ class Producer:
                 sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
                                                         sticky[0])
                 sticky[1] = 0
-        if result[1] or result[2]:
-            self._wakeup()  # the selector's own, cheap while a wakeup is pending
+        if result[2]:
+            # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
+            # the sender on every append while a partition has more than one batch; here each wakeup can
+            # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
+            self._wakeup()
         return result[0]
 
     def _raise_unusable(self) -> None:
@@ -286,8 +301,7 @@ class Producer:
             return BatchSendFuture(topic, 0, [], timestamp)
         # the largest record must fit in a request
         limit = self._max_request_size - RecordBatchBuilder.estimate_record_size(None, None, None)
-        biggest = max((len(v) for v in vals if v is not None), default=0) + \
-            (max((len(k) for k in ks if k is not None), default=0) if ks is not None else 0)
+        biggest = _longest(vals) + (_longest(ks) if ks is not None else 0)
         if biggest > limit:
             for i in range(n):
                 size = RecordBatchBuilder.estimate_record_size(ks[i] if ks else None, vals[i], hs[i] if hs else None)
@@ -302,12 +316,12 @@ class Producer:
             self._metadata.add_topic(topic)
         groups = self._group_by_partition(topic, n, partition, ks, vals, num_partitions)
         if self._txn is not None and self._txn.is_transactional:
-            for part in groups:
+            for part, _idxs in groups:
                 self._txn.check_can_send((topic, part))
         segments: List[Any] = []
         wake = False
         acc = self._accumulator
-        for part, idxs in groups.items():
+        for part, idxs in groups:
             now = clock.monotonic_ms()
             remaining = self._max_block_ms - (now - start)
             if acc.append_many(topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segments):
@@ -320,48 +334,58 @@ class Producer:
     def _bulk_bytes(what: str, items: Sequence[Any], serializer: Any) -> Sequence[Optional[bytes]]:
         if serializer is not None:
             return [_bytes_or_none(what, x, serializer) for x in items]
-        for x in items:
-            if x is not None and type(x) is not bytes:
-                # convert (bytearray/memoryview) or raise a helpful TypeError, keeping input positions
-                return [x if x is None or type(x) is bytes else _bytes_or_none(what, x, None) for x in items]
-        return items
+        if set(map(type, items)) <= _BYTES_OR_NONE:  # (one pass in C)
+            return items
+        # convert bytearray/memoryview, or raise a helpful TypeError
+        return [x if x is None or type(x) is bytes else _bytes_or_none(what, x, None) for x in items]
 
     def _group_by_partition(self, topic: str, n: int, partition: Union[int, Sequence[int], None],
                             keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]],
-                            num_partitions: int) -> Mapping[int, Sequence[int]]:
+                            num_partitions: int) -> List[Tuple[int, Sequence[int]]]:
+        """``(partition, record positions)`` groups, each in input order; a partition may come twice."""
         if isinstance(partition, int) and not isinstance(partition, bool):
             if not 0 <= partition < num_partitions:
                 raise ValueError(f"partition {partition} is not in the range [0..{num_partitions}) of {topic!r}")
-            return {partition: range(n)}
+            return [(partition, range(n))]
         groups: Dict[int, List[int]] = {}
         if partition is not None and not isinstance(partition, int):
             if len(partition) != n:
                 raise ValueError(f"partition has {len(partition)} items but values has {n}")
             for i, p in enumerate(partition):
-                if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < num_partitions:
+                if type(p) is not int or not 0 <= p < num_partitions:
                     raise ValueError(f"record {i}: partition {p!r} is not in [0..{num_partitions}) of {topic!r}")
                 groups.setdefault(p, []).append(i)
-            return groups
+            return list(groups.items())
         if self._partitioner is not None:
             for i in range(n):
                 p = self._partitioner(topic, keys[i] if keys is not None else None, values[i], num_partitions)
-                if not isinstance(p, int) or not 0 <= p < num_partitions:
+                if type(p) is not int or not 0 <= p < num_partitions:
                     raise ValueError(f"the partitioner returned {p!r} for record {i}")
                 groups.setdefault(p, []).append(i)
-            return groups
-        use_keys = keys is not None and not self.config.partitioner_ignore_keys
+            return list(groups.items())
         available = self._metadata.cluster.available.get(topic, ())
         sticky = self._sticky
-        for i in range(n):
-            k = keys[i] if use_keys else None  # type: ignore[index]
+        if keys is None or self.config.partitioner_ignore_keys:
+            # keyless: consecutive runs of about batch.size bytes per partition (uniform sticky)
+            sizes = [_RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in values]
+            return [(p, range(a, b)) for p, a, b in sticky.runs(topic, sizes, available, num_partitions)]
+        cache = self._hash_cache
+        for i, k in enumerate(keys):
             if k is not None:
-                p = (murmur2(k) & 0x7FFFFFFF) % num_partitions
+                h = cache.get(k)
+                if h is None:
+                    h = murmur2(k) & 0x7FFFFFFF
+                    if len(cache) >= _HASH_CACHE_SIZE:
+                        cache.clear()
+                    cache[k] = h
+                p = h % num_partitions
             else:
                 p = sticky.partition(topic, available, num_partitions)
                 v = values[i]
-                sticky.record_appended(topic, 20 + (len(v) if v is not None else 0), available, num_partitions)
+                sticky.record_appended(topic, _RECORD_OVERHEAD + (len(v) if v is not None else 0), available,
+                                       num_partitions)
             groups.setdefault(p, []).append(i)
-        return groups
+        return list(groups.items())
 
     def _wait_on_metadata(self, topic: str, partition: Optional[int], max_wait_ms: float) -> int:
         """Block until the topic's partitions are known; return their count."""

@@ -1,6 +1,8 @@
 """Partitioners: Java-compatible murmur2 for keyed records, uniform sticky (KIP-794) for keyless ones."""
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 import struct
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -52,28 +54,58 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 class StickyPartitioner:
     """Keyless records stick to one partition until about ``batch_size`` bytes went to it, then move to
-    another partition chosen at random among those with a leader (uniform sticky, KIP-794)."""
+    another partition chosen at random among those with a leader (uniform sticky, KIP-794).
+
+    ``state`` maps a topic to ``[partition, bytes sent to it]``; Producer.send() reads and updates it
+    inline (the per-record hot path), everything else goes through the methods."""
 
     def __init__(self, batch_size: int, rng: Optional[random.Random] = None) -> None:
         self.batch_size = max(1, batch_size)
         self._rng = rng or random.Random()
-        self._state: Dict[str, List[int]] = {}  # topic -> [partition, bytes produced to it]
+        self.state: Dict[str, List[int]] = {}
+
+    def current(self, topic: str, available: Sequence[int], num_partitions: int) -> List[int]:
+        """The topic's ``[partition, bytes]`` state, (re)started when unknown or out of range."""
+        st = self.state.get(topic)
+        if st is None or st[0] >= num_partitions:
+            st = self.state[topic] = [self._next(available, num_partitions, -1), 0]
+        return st
 
     def partition(self, topic: str, available: Sequence[int], num_partitions: int) -> int:
-        st = self._state.get(topic)
-        if st is None or st[0] >= num_partitions:
-            st = self._state[topic] = [self._next(available, num_partitions, -1), 0]
-        return st[0]
+        return self.current(topic, available, num_partitions)[0]
 
     def record_appended(self, topic: str, size: int, available: Sequence[int], num_partitions: int) -> None:
         """Account ``size`` bytes to the sticky partition and switch once a batch's worth went there."""
-        st = self._state.get(topic)
+        st = self.state.get(topic)
         if st is None:
             return
         st[1] += size
         if st[1] >= self.batch_size:
             st[0] = self._next(available, num_partitions, st[0])
             st[1] = 0
+
+    def runs(self, topic: str, sizes: Sequence[int], available: Sequence[int],
+             num_partitions: int) -> List[Tuple[int, int, int]]:
+        """Partitions for consecutive records of ``sizes`` bytes, as ``(partition, start, stop)`` runs: the
+        same choices as one :meth:`partition` + :meth:`record_appended` per record, computed per run."""
+        out: List[Tuple[int, int, int]] = []
+        cum = list(itertools.accumulate(sizes))
+        n = len(cum)
+        start = 0
+        while start < n:
+            st = self.current(topic, available, num_partitions)
+            base = cum[start - 1] if start else 0
+            # the record that reaches batch_size still goes to this partition, as in record_appended
+            stop = bisect.bisect_left(cum, base + self.batch_size - st[1], start) + 1
+            if stop > n:
+                st[1] += cum[-1] - base
+                out.append((st[0], start, n))
+                break
+            out.append((st[0], start, stop))
+            st[0] = self._next(available, num_partitions, st[0])
+            st[1] = 0
+            start = stop
+        return out
 
     def next_partition(self, available: Sequence[int], num_partitions: int, previous: int) -> int:
         """A partition other than ``previous`` (when there is a choice), uniformly at random."""

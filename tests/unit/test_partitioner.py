@@ -147,3 +147,23 @@ def test_record_appended_for_an_unknown_topic_is_ignored() -> None:
     sp = StickyPartitioner(100)
     sp.record_appended("never-partitioned", 1000, range(3), 3)
     assert 0 <= sp.partition("never-partitioned", range(3), 3) < 3
+
+
+def test_sticky_runs_choose_what_per_record_calls_would() -> None:
+    import random as _random
+
+    from kproducer.producer.partitioner import StickyPartitioner as _Sticky
+
+    rng_sizes = _random.Random(5)
+    for batch_size in (1, 100, 1000, 16384):
+        sizes = [rng_sizes.choice([1, 10, 110, 1034, 20000]) for _ in range(500)]
+        one = _Sticky(batch_size, rng=_random.Random(9))
+        per_record = []
+        for size in sizes:
+            per_record.append(one.partition("t", (), 6))
+            one.record_appended("t", size, (), 6)
+        bulk = _Sticky(batch_size, rng=_random.Random(9))
+        runs = bulk.runs("t", sizes[:200], (), 6) + bulk.runs("t", sizes[200:], (), 6)
+        flat = [p for p, a, b in runs for _ in range(a, b)]
+        assert flat == per_record
+        assert bulk.state == one.state  # the state carries over between calls, as per record

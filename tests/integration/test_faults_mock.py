@@ -17,9 +17,10 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
+from sent_records import Sent
 
 from kproducer import Producer
 from kproducer.errors import (
@@ -43,80 +44,6 @@ WAIT = 30.0  # generous bound for event-driven waits on a loaded machine
 # helpers
 
 
-class Sent:
-    """The records one test sent: their futures and what each callback reported (and how often)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.done = threading.Condition(self.lock)
-        self.values: List[bytes] = []
-        self.partitions: List[int] = []
-        self.futures: List[Any] = []
-        self.calls: "Counter[int]" = Counter()  # index -> callback calls
-        self.results: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
-
-    def send(self, producer: Producer, value: bytes, partition: int, key: Optional[bytes] = None,
-             topic: str = TOPIC) -> int:
-        with self.lock:
-            i = len(self.values)
-            self.values.append(value)
-            self.partitions.append(partition)
-
-        def callback(md: Any, exc: Optional[BaseException]) -> None:
-            with self.lock:
-                self.calls[i] += 1
-                self.results[i] = (md, exc)
-                self.done.notify_all()
-
-        fut = producer.send(topic, value, key=key, partition=partition, callback=callback)
-        with self.lock:
-            self.futures.append(fut)
-        return i
-
-    def send_many(self, producer: Producer, tag: str, count: int, partitions: int = PARTITIONS,
-                  size: int = 0) -> List[int]:
-        """``count`` records spread round robin over ``partitions`` partitions."""
-        pad = b"." * size
-        return [self.send(producer, b"%s-%06d%s" % (tag.encode(), j, pad), partition=j % partitions)
-                for j in range(count)]
-
-    def wait_callbacks(self, timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while len(self.results) < len(self.values):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [i for i in range(len(self.values)) if i not in self.results]
-                    raise AssertionError(f"{len(missing)} callbacks never ran, e.g. record {missing[:5]}")
-                self.done.wait(left)
-
-    def succeeded(self) -> List[int]:
-        return sorted(i for i, (_md, exc) in self.results.items() if exc is None)
-
-    def failed(self) -> Dict[int, BaseException]:
-        return {i: exc for i, (_md, exc) in self.results.items() if exc is not None}
-
-    def check_callbacks_once(self) -> None:
-        """Every record's callback ran exactly once, and its future agrees with it."""
-        assert len(self.calls) == len(self.values), "some callbacks never ran"
-        bad = {i: n for i, n in self.calls.items() if n != 1}
-        assert not bad, f"callbacks not called exactly once: {bad}"
-        for i, fut in enumerate(self.futures):
-            md, exc = self.results[i]
-            assert fut.done()
-            if exc is None:
-                got = fut.get(0)
-                assert got == md
-            else:
-                assert fut.exception(0) is exc
-
-    def expected_by_partition(self, indices: List[int]) -> Dict[int, List[bytes]]:
-        out: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
-        for i in indices:
-            out[self.partitions[i]].append(self.values[i])
-        return out
-
-
 def stored(cluster: MockCluster, topic: str = TOPIC) -> Dict[int, List[Any]]:
     return {p: cluster.records(topic, p) for p in range(cluster.partition_count(topic))}
 
@@ -129,7 +56,7 @@ def assert_exactly_once(cluster: MockCluster, sent: Sent, indices: Optional[List
     """The log holds exactly these records (all of ``sent`` by default), each once, in send order per
     partition; every successful future's offset is where its record is stored."""
     indices = list(range(len(sent.values))) if indices is None else indices
-    expected = sent.expected_by_partition(indices)
+    expected = sent.by_partition(indices)
     logs = stored(cluster)
     for p in range(PARTITIONS):
         values = [r.value for r in logs[p]]
@@ -224,7 +151,7 @@ def cluster() -> Iterator[MockCluster]:
 @pytest.mark.parametrize("codes", [[6] * 4, [7] * 4, [19] * 4, [6, 7, 19, 0, 19, 6, 7]],
                          ids=["NOT_LEADER", "REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS", "mixed"])
 def test_retriable_errors_are_retried_and_delivered_exactly_once(cluster: MockCluster, codes: List[int]) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         warm_up(producer, sent)
         cluster.inject_errors("produce", codes)
@@ -248,7 +175,7 @@ def test_first_batch_of_a_partition_failing_keeps_the_order() -> None:
     not be written before A (and A's retry must not be refused as out of order): the log is [A, B]."""
     with MockCluster(1) as cluster:
         cluster.create_topic(TOPIC, 2)
-        sent = Sent()
+        sent = Sent(TOPIC, PARTITIONS, WAIT)
         with producing(cluster, linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2000) as producer:
             sent.send(producer, b"warm", partition=1)  # connected, producer id known; partition 0 untouched
             producer.flush(WAIT)
@@ -268,7 +195,7 @@ def test_first_batch_of_a_partition_failing_keeps_the_order() -> None:
 
 
 def test_out_of_order_sequence_resets_the_producer_id_and_delivers(cluster: MockCluster) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         first = sent.send_many(producer, "a", 12)
         producer.flush(WAIT)
@@ -291,7 +218,7 @@ def test_out_of_order_sequence_resets_the_producer_id_and_delivers(cluster: Mock
 def test_non_retriable_error_fails_only_its_batch(cluster: MockCluster) -> None:
     """INVALID_RECORD (87) on one partition of a request: that batch's records fail with
     InvalidRecordError, every other partition's records are delivered, and the producer goes on."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     # a long linger so that each partition's 10 records form one batch, sent when flush() asks
     with producing(cluster, linger_ms=10000) as producer:
         round1 = sent.send_many(producer, "r1", 60)
@@ -322,7 +249,7 @@ def test_message_too_large_single_record_fails_others_delivered() -> None:
     """A one-record batch over the broker's max.message.bytes cannot be split: MessageTooLargeError."""
     with MockCluster(3, max_message_bytes=2000) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)
-        sent = Sent()
+        sent = Sent(TOPIC, PARTITIONS, WAIT)
         with producing(cluster, linger_ms=10000) as producer:
             big = sent.send(producer, b"x" * 5000, partition=0)
             small = sent.send_many(producer, "s", 30)
@@ -342,7 +269,7 @@ def test_message_too_large_batch_is_split_and_delivered() -> None:
     records arrive once, in order, with contiguous sequences, and each future gets its stored offset."""
     with MockCluster(3, max_message_bytes=4096) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)
-        sent = Sent()
+        sent = Sent(TOPIC, PARTITIONS, WAIT)
         with producing(cluster, linger_ms=10000, batch_size=65536) as producer:
             sent.send_many(producer, "big", 200, partitions=2, size=200)  # ~22 KB per partition batch
             producer.flush(WAIT)
@@ -364,7 +291,7 @@ def test_request_timeout_closes_connection_and_retry_is_deduplicated(cluster: Mo
     """The broker appends the batch but answers after request.timeout.ms: the producer closes the
     connection and retries; the retry carries the same sequence, so the broker answers it as a duplicate
     with the original offset: exactly once."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     leader = cluster.leader(TOPIC, 0)
     with producing(cluster, request_timeout_ms=500) as producer:
         warm = sent.send(producer, b"warm-up", partition=0)
@@ -391,7 +318,7 @@ def test_delivery_timeout_with_unresponsive_broker_fails_with_kafka_timeout(clus
     delivery.timeout.ms; records for other brokers are delivered. The broker did append the first attempt
     (the answer was what got lost), so a timeout does not mean "not written": here the records are in
     the log once. Once the broker answers again, the producer (with a new producer id) delivers."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     leader = cluster.leader(TOPIC, 0)
     with producing(cluster, request_timeout_ms=300, delivery_timeout_ms=1000) as producer:
         warm = sent.send(producer, b"warm-up", partition=0)
@@ -423,7 +350,7 @@ def test_delivery_timeout_with_unresponsive_broker_fails_with_kafka_timeout(clus
 def test_request_timeout_with_retries_exhausted_fails_with_request_timed_out(cluster: MockCluster) -> None:
     """retries=0 (idempotence then defaults off): the first request timeout fails the batch with the typed
     RequestTimedOutError (code 7); the broker had appended it, once."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     leader = cluster.leader(TOPIC, 0)
     with producing(cluster, request_timeout_ms=300, retries=0) as producer:
         assert producer.config.enable_idempotence is False
@@ -446,7 +373,7 @@ def test_request_timeout_with_retries_exhausted_fails_with_request_timed_out(clu
 def test_close_is_bounded_when_the_broker_does_not_answer(cluster: MockCluster) -> None:
     """close(timeout) with a request hanging on a silent broker returns in about ``timeout`` and fails
     the pending records with ProducerClosedError."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     leader = cluster.leader(TOPIC, 0)
     producer = Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5, request_timeout_ms=20000)
     try:
@@ -519,7 +446,7 @@ def produce_in_rounds(producer: Producer, sent: Sent, rounds: int, per_round: in
 
 
 def test_dropped_connections_mid_stream(cluster: MockCluster) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         warm_up(producer, sent)
         loop = FaultLoop(cluster, lambda n: cluster.drop_connections(), every=4, limit=15)
@@ -538,7 +465,7 @@ def test_dropped_connections_mid_stream(cluster: MockCluster) -> None:
 def test_lost_responses_are_retried_and_deduplicated(cluster: MockCluster) -> None:
     """drop_responses: the broker appends the batch and closes the connection instead of answering; the
     retry has the same sequence, the broker answers it as a duplicate with the original offset."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         warm_up(producer, sent)
         before = cluster.request_counts["produce"]
@@ -561,7 +488,7 @@ def test_lost_responses_are_retried_and_deduplicated(cluster: MockCluster) -> No
 def test_leader_move_is_followed(cluster: MockCluster) -> None:
     """After move_leader the old leader answers NOT_LEADER_OR_FOLLOWER; the producer refreshes metadata,
     retries on the new leader, and nothing is lost or duplicated."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         first = sent.send_many(producer, "before", 30)
         producer.flush(WAIT)
@@ -586,7 +513,7 @@ def test_leader_move_keeps_unacknowledged_batches_in_the_duplicate_window(cluste
     must not let 5 later batches through while X is unresolved: when X's answer is lost and X is retried on
     the new leader, it is acknowledged as a duplicate (exactly once), not refused as OUT_OF_ORDER_SEQUENCE
     until delivery.timeout.ms."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster, linger_ms=0, request_timeout_ms=10000, delivery_timeout_ms=15000,
                    metadata_max_age_ms=100) as producer:
         for p in range(3):  # connections to every broker
@@ -619,7 +546,7 @@ def test_leader_move_keeps_unacknowledged_batches_in_the_duplicate_window(cluste
 
 
 def test_leader_moves_mid_stream(cluster: MockCluster) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
 
     def move(n: int) -> None:
         p = n % PARTITIONS
@@ -642,7 +569,7 @@ def test_leader_moves_mid_stream(cluster: MockCluster) -> None:
 
 def test_broker_stop_and_start_mid_stream(cluster: MockCluster) -> None:
     """Broker 2 stops (its partitions move to live brokers, as with replication) and comes back."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         warm_up(producer, sent)
         produce_in_rounds(producer, sent, 10, 60, "a")
@@ -670,7 +597,7 @@ def test_leaderless_partitions_wait_for_the_broker_to_return() -> None:
     (the others are delivered) and go out once the broker is back, before delivery.timeout.ms."""
     with MockCluster(3, move_leaders_on_stop=False) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)
-        sent = Sent()
+        sent = Sent(TOPIC, PARTITIONS, WAIT)
         with producing(cluster) as producer:
             first = sent.send_many(producer, "a", 60)
             producer.flush(WAIT)
@@ -695,7 +622,7 @@ def test_leaderless_partitions_expire_with_kafka_timeout() -> None:
     fail with KafkaTimeoutError (never sent), the other partitions' records are delivered."""
     with MockCluster(3, move_leaders_on_stop=False) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)
-        sent = Sent()
+        sent = Sent(TOPIC, PARTITIONS, WAIT)
         with producing(cluster, request_timeout_ms=300, delivery_timeout_ms=1200) as producer:
             first = sent.send_many(producer, "a", 12)
             producer.flush(WAIT)
@@ -717,7 +644,7 @@ def test_leaderless_partitions_expire_with_kafka_timeout() -> None:
 
 
 def test_acks_0_futures_succeed_without_offsets(cluster: MockCluster) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster, acks=0) as producer:
         assert producer.config.enable_idempotence is False
         sent.send_many(producer, "z", 60)
@@ -726,7 +653,7 @@ def test_acks_0_futures_succeed_without_offsets(cluster: MockCluster) -> None:
     sent.check_callbacks_once()
     assert sent.failed() == {}
     assert all(md.offset == -1 for md, _e in sent.results.values())
-    expected = sent.expected_by_partition(list(range(60)))
+    expected = sent.by_partition(list(range(60)))
     wait_until(lambda: stored_values(cluster) == expected, what="acks=0 records to be stored")
     assert all(r.producer_id == -1 for recs in stored(cluster).values() for r in recs)
 
@@ -734,12 +661,12 @@ def test_acks_0_futures_succeed_without_offsets(cluster: MockCluster) -> None:
 def test_acks_0_error_loses_the_batch_silently(cluster: MockCluster) -> None:
     """With acks=0 a broker error closes the connection and the records are lost, yet their futures
     succeed (offset -1): acks=0 is at-most-once. Exactly one partition's batch is missing."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster, acks=0, linger_ms=10000) as producer:
         sent.send_many(producer, "z", 60)
         cluster.inject_errors("produce", [87])
         producer.flush(WAIT)
-        expected = sent.expected_by_partition(list(range(60)))
+        expected = sent.by_partition(list(range(60)))
         # the broker appends acks=0 records after the futures completed: wait for the five other batches
         wait_until(lambda: sum(v == expected[p] for p, v in stored_values(cluster).items()) == PARTITIONS - 1,
                    what="the other partitions' batches to be stored")
@@ -755,7 +682,7 @@ def test_acks_0_error_loses_the_batch_silently(cluster: MockCluster) -> None:
 
 
 def test_acks_1_retries_and_delivers(cluster: MockCluster) -> None:
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster, acks=1) as producer:
         assert producer.config.enable_idempotence is False
         cluster.inject_errors("produce", [6, 19, 7])
@@ -772,7 +699,7 @@ def test_acks_1_retries_and_delivers(cluster: MockCluster) -> None:
 def test_without_idempotence_a_lost_response_duplicates(cluster: MockCluster) -> None:
     """enable_idempotence=False with retries: a batch whose response was lost is written again by the
     retry. This is at-least-once: every record is stored, the retried batch twice."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster, enable_idempotence=False, linger_ms=10000) as producer:
         sent.send(producer, b"warm-up", partition=0)
         producer.flush(WAIT)
@@ -802,7 +729,7 @@ def test_without_idempotence_a_lost_response_duplicates(cluster: MockCluster) ->
 def test_unknown_producer_id_after_expired_state_is_recovered(cluster: MockCluster) -> None:
     """The broker forgets the producer's state on partition 0 (as retention would): the next batch (sequence
     > 0) gets UNKNOWN_PRODUCER_ID; the producer renews its id and resends from sequence 0, exactly once."""
-    sent = Sent()
+    sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:
         first = [sent.send(producer, b"a-%d" % i, partition=0) for i in range(10)]
         producer.flush(WAIT)

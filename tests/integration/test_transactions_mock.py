@@ -10,12 +10,11 @@ with records still queued, misuse errors, retriable coordinator errors, and faul
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections import Counter
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+from sent_records import Sent as SentRecords
 
 from kproducer import Producer
 from kproducer.errors import (
@@ -46,57 +45,9 @@ Read = Tuple[int, int, Optional[bytes]]
 # helpers
 
 
-class Sent:
-    """Futures and callback results of the records a test sent."""
-
+class Sent(SentRecords):
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.values: List[bytes] = []
-        self.partitions: List[int] = []
-        self.futures: List[Any] = []
-        self.calls: "Counter[int]" = Counter()
-        self.results: Dict[int, Tuple[Any, Optional[BaseException]]] = {}
-
-    def send(self, producer: Producer, value: bytes, partition: int, topic: str = TOPIC) -> int:
-        i = len(self.values)
-        self.values.append(value)
-        self.partitions.append(partition)
-
-        def callback(md: Any, exc: Optional[BaseException]) -> None:
-            with self.lock:
-                self.calls[i] += 1
-                self.results[i] = (md, exc)
-
-        self.futures.append(producer.send(topic, value, partition=partition, callback=callback))
-        return i
-
-    def send_many(self, producer: Producer, tag: str, count: int) -> List[int]:
-        return [self.send(producer, b"%s-%04d" % (tag.encode(), j), j % PARTITIONS) for j in range(count)]
-
-    def wait(self, timeout: float = WAIT) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.results) < len(self.values):
-            assert time.monotonic() < deadline, "some callbacks never ran"
-            time.sleep(0.005)
-
-    def check_callbacks_once(self) -> None:
-        self.wait()
-        assert all(self.calls[i] == 1 for i in range(len(self.values))), dict(self.calls)
-        for i, fut in enumerate(self.futures):
-            md, exc = self.results[i]
-            if exc is None:
-                assert fut.get(0) == md
-            else:
-                assert fut.exception(0) is exc
-
-    def failed(self) -> Dict[int, BaseException]:
-        return {i: e for i, (_m, e) in self.results.items() if e is not None}
-
-    def by_partition(self, indices: List[int]) -> Dict[int, List[bytes]]:
-        out: Dict[int, List[bytes]] = {p: [] for p in range(PARTITIONS)}
-        for i in indices:
-            out[self.partitions[i]].append(self.values[i])
-        return out
+        super().__init__(TOPIC, PARTITIONS, WAIT)
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,12 @@ aiokafka 0.14       1         0          16384           off
 confluent-kafka 2   all       5          1000000 bytes   off
 ==================  ========  =========  ==============  ===================
 
+TLS rows (100 B records): kproducer send() and confluent-kafka produce() through one TLS endpoint, Debian's
+stunnel4 terminating TLS in front of a second tansu that advertises stunnel's port (tests/stunnel.py; tansu
+0.6 cannot serve TLS itself), CA and server certificate made by trustme. Same settings as above plus
+security.protocol=SSL with the CA file; verified by kafka-python over TLS too. Skipped, with a note, when
+stunnel4 or trustme is missing; ``--tls off`` leaves them out, ``--tls only`` runs nothing else.
+
 Idempotence is left at each library's default (it is what users get) and shown in the table; kproducer
 send() is also run with idempotence off, and confluent-kafka with it on, for like-for-like rows
 (``--idempotence on|off`` forces one setting on every client). confluent-kafka's produce() raises
@@ -41,7 +47,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -77,6 +83,8 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
 
     settings: Dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": LINGER_MS,
                                 "batch.size": BATCH_SIZE}
+    if args.tls_ca:
+        settings.update({"security.protocol": "SSL", "ssl_cafile": args.tls_ca})
     idem = _idem(args.idempotence)
     if idem is not None:
         settings["enable.idempotence"] = idem
@@ -182,6 +190,8 @@ def child_confluent(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     conf: Dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": LINGER_MS,
                             "batch.size": BATCH_SIZE, "delivery.report.only.error": True,
                             "on_delivery": on_error}
+    if args.tls_ca:
+        conf.update({"security.protocol": "SSL", "ssl.ca.location": args.tls_ca})
     idem = _idem(args.idempotence)
     if idem is not None:
         conf["enable.idempotence"] = idem
@@ -230,8 +240,9 @@ class Run:
     """One row: a client, its options, and the result of running it."""
 
     def __init__(self, label: str, child: str, module: str, mode: str = "send", idempotence: str = "default",
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, tls_ca: Optional[str] = None) -> None:
         self.label = label
+        self.tls_ca = tls_ca  # the CA file: the client connects with security.protocol=SSL
         self.child = child
         self.module = module
         self.mode = mode
@@ -265,6 +276,33 @@ def plan(idempotence: str, with_pure: bool) -> List[Run]:
     return runs
 
 
+TLS_BASE = "kproducer send() [TLS]"
+
+
+def plan_tls(idempotence: str, ca_file: str) -> List[Run]:
+    """The TLS rows: kproducer send() and confluent-kafka produce(), both through the same stunnel endpoint."""
+    runs = [
+        Run(TLS_BASE, "kproducer", "kproducer", "send", idempotence, tls_ca=ca_file),
+        Run("confluent-kafka [TLS]", "confluent-kafka", "confluent_kafka", "send", idempotence, tls_ca=ca_file),
+    ]
+    if idempotence == "default":
+        runs.append(Run("confluent-kafka, idempotence on [TLS]", "confluent-kafka", "confluent_kafka", "send", "on",
+                        tls_ca=ca_file))
+    return runs
+
+
+def tls_unavailable() -> Optional[str]:
+    """Why the TLS rows cannot run here (None when they can)."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from stunnel import STUNNEL_MISSING, stunnel_binary  # type: ignore[import-not-found]  # tests/stunnel.py
+
+    if stunnel_binary() is None:
+        return str(STUNNEL_MISSING)
+    if not installed("trustme"):
+        return "trustme is not installed (it makes the TLS rows' certificates): pip install trustme"
+    return None
+
+
 def installed(module: str) -> bool:
     import importlib.util
 
@@ -285,7 +323,7 @@ def versions() -> Dict[str, str]:
     return out
 
 
-def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
+def end_offsets_sum(bootstrap: str, topic: str, **consumer_settings: Any) -> Optional[int]:
     """Total records in the topic (sum over partitions of last offset + 1), via kafka-python; None when
     unavailable. tansu's ListOffsets(latest) answers the *last batch's base offset* + 1, not the log end,
     so the last batch of each partition is fetched to find its last offset."""
@@ -297,7 +335,7 @@ def end_offsets_sum(bootstrap: str, topic: str) -> Optional[int]:
     except ImportError:
         return None
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             request_timeout_ms=15000, fetch_max_wait_ms=50)
+                             request_timeout_ms=15000, fetch_max_wait_ms=50, **consumer_settings)
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         ends = consumer.end_offsets(tps)
@@ -342,6 +380,8 @@ def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: 
     cmd = [sys.executable, os.path.abspath(__file__), "--child", run.child, "--bootstrap", bootstrap,
            "--topic", topic, "--size", str(size), "--num", str(num), "--mode", run.mode,
            "--idempotence", run.idempotence, "--chunk", str(chunk)]
+    if run.tls_ca:
+        cmd += ["--tls-ca", run.tls_ca]
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(run.env)
@@ -364,15 +404,15 @@ def _fmt_ratio(x: Optional[float]) -> str:
     return "–" if x is None else f"{x:.2f}×"
 
 
-def table(size: int, num: int, runs: List[Run]) -> str:
-    base = next((r for r in runs if r.label == "kproducer send()" and r.result), None)
+def table(size: int, num: int, runs: List[Run], base_label: str = "kproducer send()", note: str = "") -> str:
+    base = next((r for r in runs if r.label == base_label and r.result), None)
     base_rate = num / base.result["elapsed"] if base and base.result else None
     base_cpu = base.result["cpu"] / num if base and base.result else None
     lines = [
-        f"### {size} B records, N = {num:,}, 6 partitions, acks=all, linger.ms=5, batch.size=16384",
+        f"### {size} B records{note}, N = {num:,}, 6 partitions, acks=all, linger.ms=5, batch.size=16384",
         "",
-        "| client | idempotent | msg/s (best) | all trials, msg/s | vs kproducer send() | CPU µs/record "
-        "| CPU vs kproducer send() | peak RSS MiB | RSS after setup MiB | verified |",
+        f"| client | idempotent | msg/s (best) | all trials, msg/s | vs {base_label} | CPU µs/record "
+        f"| CPU vs {base_label} | peak RSS MiB | RSS after setup MiB | verified |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
@@ -394,6 +434,53 @@ def table(size: int, num: int, runs: List[Run]) -> str:
     return "\n".join(lines)
 
 
+def select(runs: List[Run], wanted: Optional[Set[str]]) -> List[Run]:
+    """The rows to run: those asked for with --clients (all by default) whose library is installed."""
+    active: List[Run] = []
+    for run in runs:
+        key = run.child if run.mode == "send" else "kproducer-batch"
+        if wanted is not None and run.child not in wanted and key not in wanted and run.label not in wanted:
+            continue
+        if not installed(run.module):
+            run.error = "not installed"
+            continue
+        active.append(run)
+    return active
+
+
+def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, broker: Any, bootstrap: str,
+             topic_name: Callable[[str], str], **verify_settings: Any) -> None:
+    """Run each ``active`` row ``args.repeat`` times against ``bootstrap`` (topics made on ``broker``, a tests/tansu.py
+    Tansu; stored counts read by kafka-python with ``verify_settings``); each row keeps its fastest trial."""
+    # rounds over all clients (not all repeats of one client in a row), so that a burst of load from
+    # elsewhere on the machine does not hit one client only; the fastest trial of each is kept
+    for _ in range(args.repeat):
+        for run in active:
+            topic = topic_name(f"cmp{size}")
+            broker.create_topic(topic, PARTITIONS)
+            trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env, run.tls_ca)
+            start = time.monotonic()
+            run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout)
+            if trial.result is not None:
+                total = end_offsets_sum(bootstrap, topic, **verify_settings)
+                trial.verified = None if total is None else total == num
+                trial.result["stored"] = total
+            delete_topic(broker, topic)  # keeps tansu's in-memory store from growing run after run
+            rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
+            print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s, "
+                  f"tansu RSS {tansu_rss_mb(broker):.0f} MiB)",
+                  file=sys.stderr, flush=True)
+            if trial.result is not None:
+                rates = run.trials
+                rates.append(num / trial.result["elapsed"])
+                if run.result is None or trial.result["elapsed"] < run.result["elapsed"]:
+                    run.result, run.error, run.verified = trial.result, None, trial.verified
+                elif trial.verified is False:
+                    run.verified = False  # any run that lost records marks the row
+            elif run.result is None:
+                run.error = trial.error
+
+
 def parent_main(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from tansu import Tansu, topic_name  # type: ignore[import-not-found]  # tests/tansu.py
@@ -410,54 +497,42 @@ def parent_main(args: argparse.Namespace) -> int:
     print(env_line, file=sys.stderr)
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     results: Dict[str, Any] = {"environment": env_line, "sizes": []}
-    broker = Tansu().start()
-    try:
-        print(f"tansu on {broker.bootstrap}", file=sys.stderr)
-        for size, num in runs_by_size:
-            runs = plan(args.idempotence, not args.no_pure)
-            active: List[Run] = []
-            for run in runs:
-                key = run.child if run.mode == "send" else "kproducer-batch"
-                if wanted is not None and run.child not in wanted and key not in wanted and \
-                        run.label not in wanted:
-                    continue
-                if not installed(run.module):
-                    run.error = "not installed"
-                    continue
-                active.append(run)
-            # rounds over all clients (not all repeats of one client in a row), so that a burst of load from
-            # elsewhere on the machine does not hit one client only; the fastest trial of each is kept
-            for attempt in range(args.repeat):
-                for run in active:
-                    topic = topic_name(f"cmp{size}")
-                    broker.create_topic(topic, PARTITIONS)
-                    trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env)
-                    start = time.monotonic()
-                    run_child(trial, broker.bootstrap, topic, size, num, args.chunk, args.timeout)
-                    if trial.result is not None:
-                        total = end_offsets_sum(broker.bootstrap, topic)
-                        trial.verified = None if total is None else total == num
-                        trial.result["stored"] = total
-                    delete_topic(broker, topic)  # keeps tansu's in-memory store from growing run after run
-                    rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
-                    print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s, "
-                          f"tansu RSS {tansu_rss_mb(broker):.0f} MiB)",
-                          file=sys.stderr, flush=True)
-                    if trial.result is not None:
-                        rates = run.trials
-                        rates.append(num / trial.result["elapsed"])
-                        if run.result is None or trial.result["elapsed"] < run.result["elapsed"]:
-                            run.result, run.error, run.verified = trial.result, None, trial.verified
-                        elif trial.verified is False:
-                            run.verified = False  # any run that lost records marks the row
-                    elif run.result is None:
-                        run.error = trial.error
-            out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
-            results["sizes"].append({"size": size, "num": num, "runs": [
-                {"label": r.label, "result": r.result, "error": r.error, "verified": r.verified,
-                 "trials_msg_per_s": r.trials} for r in runs]})
-    finally:
-        broker.close()
+    def record(size: int, num: int, runs: List[Run], **extra: Any) -> None:
+        results["sizes"].append({"size": size, "num": num, **extra, "runs": [
+            {"label": r.label, "result": r.result, "error": r.error, "verified": r.verified,
+             "trials_msg_per_s": r.trials} for r in runs]})
+
+    if args.tls != "only":
+        broker = Tansu().start()
+        try:
+            print(f"tansu on {broker.bootstrap}", file=sys.stderr)
+            for size, num in runs_by_size:
+                runs = plan(args.idempotence, not args.no_pure)
+                run_rows(select(runs, wanted), args, size, num, broker, broker.bootstrap, topic_name)
+                out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
+                record(size, num, runs)
+        finally:
+            broker.close()
+    if args.tls != "off" and args.n100 > 0:
+        why_not = tls_unavailable()
+        if why_not is not None:
+            print(f"TLS rows skipped: {why_not}", file=sys.stderr)
+            out.append(f"### 100 B records over TLS: skipped ({why_not})")
+            results["tls_skipped"] = why_not
+        else:
+            from stunnel import TlsTansu  # type: ignore[import-not-found]  # tests/stunnel.py
+
+            with TlsTansu() as tls:
+                print(f"TLS: stunnel on {tls.bootstrap} in front of tansu on {tls.plaintext_bootstrap}",
+                      file=sys.stderr)
+                runs = plan_tls(args.idempotence, tls.certs.ca_file)
+                # topics are created over tansu's plaintext port (its CLI has no TLS); everything else uses TLS:
+                # tansu's metadata names stunnel's port, so even the verifying consumer must
+                run_rows(select(runs, wanted), args, 100, args.n100, tls.tansu, tls.bootstrap, topic_name,
+                         security_protocol="SSL", ssl_cafile=tls.certs.ca_file)
+                out.append(table(100, args.n100, [r for r in runs if r.result is not None or r.error],
+                                 base_label=TLS_BASE, note=" over TLS (stunnel4 in front of tansu)"))
+                record(100, args.n100, runs, tls=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print()
     print(env_line + (f"; best of {args.repeat}" if args.repeat > 1 else "") +
@@ -484,6 +559,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="rounds over all clients; each row shows its fastest run (default 1)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (default 300)")
     p.add_argument("--json", help="also write the raw results to this file")
+    p.add_argument("--tls", choices=["auto", "off", "only"], default="auto",
+                   help="the 100 B TLS rows (stunnel4 in front of tansu): run them when stunnel4 is installed "
+                        "(auto, the default), never (off), or nothing else (only)")
     # child mode (internal)
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -491,6 +569,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--size", type=int, help=argparse.SUPPRESS)
     p.add_argument("--num", type=int, help=argparse.SUPPRESS)
     p.add_argument("--mode", default="send", help=argparse.SUPPRESS)
+    p.add_argument("--tls-ca", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return child_main(args)

@@ -2,6 +2,10 @@
 
 Subcommands:
 
+Both ``produce`` and ``perf`` take producer settings with ``--command-config FILE`` (a Java
+``.properties`` file, as Kafka's tools take) and ``-X name=value`` (repeatable, like kcat; it wins over
+the file): TLS and SASL settings included (docs/security.md). No message shows a secret value.
+
 ``kproducer produce``
     Send lines of stdin (or ``--file``) as records, like kafka-console-producer and ``kcat -P``. With
     ``--key-separator`` each line is ``KEY<sep>VALUE``. Delivery errors go to stderr; the exit status is 1
@@ -38,35 +42,117 @@ def key_value(text: str) -> Tuple[str, str]:
     """``"name=value"`` -> (name, value); the value may contain ``=`` and be empty."""
     name, sep, value = text.partition("=")
     name = name.strip()
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    # the argument is not echoed: it may be a secret given the wrong way (sasl.password:...)
+    if not sep:
+        raise argparse.ArgumentTypeError("expected NAME=VALUE, got an argument without '='")
+    if not name:
+        raise argparse.ArgumentTypeError("expected NAME=VALUE, got no NAME before '='")
     return name, value
 
 
-def read_properties(path: str) -> Dict[str, str]:
-    """A Java-style ``.properties`` file of ``name=value`` lines (``#``/``!`` comments, blank lines)."""
-    out: Dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, 1):
-            line = raw.strip()
-            if not line or line[0] in "#!":
+_PROPERTY_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterable[Tuple[int, str]]:
+    """(line number, logical line) of a .properties text: comments and blank lines dropped, a line
+    ending in an odd number of backslashes joined with the next (whose leading white space is dropped)."""
+    natural = text.splitlines()
+    i = 0
+    while i < len(natural):
+        lineno = i + 1
+        line = natural[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        parts: List[str] = []
+        while True:
+            trailing = len(line) - len(line.rstrip("\\"))
+            if trailing % 2 == 1:
+                parts.append(line[:-1])
+                if i == len(natural):
+                    break
+                line = natural[i].lstrip(" \t\f")
+                i += 1
                 continue
-            sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-            if sep <= 0:
-                raise ConfigError(f"{path}:{lineno}: expected name=value, got {line!r}")
-            out[line[:sep].strip()] = line[sep + 1:].strip()
+            parts.append(line)
+            break
+        yield lineno, "".join(parts)
+
+
+def _unescape(text: str, where: str) -> str:
+    out: List[str] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != "\\" or i + 1 >= len(text):
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2:i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise ConfigError(f"{where}: malformed \\uxxxx escape")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_PROPERTY_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def parse_properties(text: str, source: str = "properties") -> Dict[str, str]:
+    """Parse Java ``.properties`` text as ``java.util.Properties.load`` does: ``key=value``, ``key: value``
+    or ``key value``; ``#`` and ``!`` comment lines; a backslash at the end of a line continues it; ``\\``
+    escapes (``\\t``, ``\\n``, ``\\uXXXX``, ``\\=``, ``\\:``, ``\\ `` ...). A later key wins. Error messages name
+    the line, never its text (it may hold a password)."""
+    out: Dict[str, str] = {}
+    for lineno, line in _logical_lines(text):
+        # the key ends at the first unescaped '=', ':' or white space
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c in "=: \t\f":
+                break
+            i += 1
+        key_raw = line[:i]
+        rest = line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        where = f"{source}:{lineno}"
+        out[_unescape(key_raw, where)] = _unescape(rest, where)
     return out
+
+
+def read_properties(path: str) -> Dict[str, str]:
+    """A Java-style ``.properties`` file (see :func:`parse_properties`), read as UTF-8 (Latin-1, Java's
+    encoding, when the file is not valid UTF-8)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return parse_properties(text, path)
 
 
 def _add_common(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
     p.add_argument("-b", "--bootstrap", "--bootstrap-server", dest="bootstrap", metavar="HOST:PORT[,...]",
                    help=bootstrap_help)
     p.add_argument("-t", "--topic", required=True, help="topic to produce to")
-    p.add_argument("-X", "--producer-prop", dest="producer_props", action="append", type=key_value, default=[],
-                   metavar="NAME=VALUE", help="a producer setting by its Java or Python name (repeatable), "
-                                              "e.g. linger.ms=10")
-    p.add_argument("--producer-config", "--producer.config", dest="producer_config", metavar="FILE",
-                   help="a .properties file of producer settings (--producer-prop wins)")
+    p.add_argument("-X", "--producer-prop", "--producer-property", dest="producer_props", action="append",
+                   type=key_value, default=[], metavar="NAME=VALUE",
+                   help="a producer setting by its Java, Python, librdkafka or kafka-python name (repeatable), "
+                        "e.g. linger.ms=10 or security.protocol=SSL")
+    p.add_argument("--command-config", "--producer-config", "--producer.config", dest="producer_config",
+                   metavar="FILE",
+                   help="a Java .properties file of producer settings, as Kafka's tools take (e.g. "
+                        "security.protocol, sasl.jaas.config, ssl.truststore.location); -X wins over it")
     p.add_argument("--log-level", default="WARNING", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                    help="log level of kproducer's own messages on stderr (default WARNING)")
@@ -133,22 +219,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _merge(settings: Dict[str, Any], spelled: Dict[str, str], items: Iterable[Tuple[str, Any]], where: str) -> None:
+    """Add ``items`` (name, value) to ``settings`` by Java name. Within one source a name given again
+    wins; two spellings of one setting with different values are an error naming both."""
+    from .config import Password, canonical_item, is_secret, reveal
+
+    seen: Dict[str, Tuple[str, Any]] = {}
+    for name, value in items:
+        java, value = canonical_item(name, value)
+        if is_secret(java) and isinstance(value, str):
+            value = Password(value)  # printed as [hidden] wherever the settings end up
+        prior = seen.get(java)
+        if prior is not None and prior[0] != name and reveal(prior[1]) != reveal(value):
+            raise ConfigError(f"{where}: {prior[0]} and {name} are the same setting ({java}) with different "
+                              "values; give it once")
+        seen[java] = (name, value)
+    for java, (name, value) in seen.items():
+        settings[java] = value
+        spelled[java] = name
+
+
 def _settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """Producer settings from --producer-config, then --producer-prop (a later name=value wins)."""
+    """Producer settings by Java name from --command-config, then -X (which wins). Secret values are
+    :class:`~kproducer.config.Password`."""
     settings: Dict[str, Any] = {}
+    spelled: Dict[str, str] = {}
     if args.producer_config:
         try:
-            settings.update(read_properties(args.producer_config))
+            props = read_properties(args.producer_config)
         except OSError as e:
-            raise ConfigError(f"cannot read --producer-config: {e}") from None
-    settings.update(dict(args.producer_props))
-    # the same setting under both its Java name and its alias: keep the last one given
-    from .config import canonical_name
-
-    out: Dict[str, Any] = {}
-    for name, value in settings.items():
-        out[canonical_name(name)] = value
-    return out
+            raise ConfigError(f"cannot read --command-config {args.producer_config}: {e.strerror}") from None
+        _merge(settings, spelled, props.items(), args.producer_config)
+    _merge(settings, spelled, args.producer_props, "-X")
+    return settings
 
 
 def _bootstrap(args: argparse.Namespace, settings: Dict[str, Any]) -> Optional[str]:
@@ -380,4 +483,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return EXIT_USAGE
 
 
-__all__ = ["build_parser", "cmd_perf", "cmd_produce", "key_value", "main", "read_properties"]
+__all__ = ["build_parser", "cmd_perf", "cmd_produce", "key_value", "main", "parse_properties", "read_properties"]

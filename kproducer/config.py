@@ -1,20 +1,80 @@
 """Producer settings: Java dotted names, Pythonic aliases, Java's defaults, validation.
 
 Every setting can be given by its Java name (``"linger.ms"``) or its Python alias (``linger_ms``).
-Unknown names raise :class:`~kproducer.errors.ConfigError` naming the closest valid setting.
+Security settings also take the names librdkafka (confluent-kafka) and kafka-python users know
+(``ssl.ca.location``, ``ssl_cafile``, ...); see docs/security.md. Unknown names raise
+:class:`~kproducer.errors.ConfigError` naming the closest valid setting.
+
+Secrets (passwords, private keys, ``sasl.jaas.config``) are held as :class:`Password`, which prints as
+``[hidden]``; no error message or log line of this module shows a secret value.
 """
 from __future__ import annotations
 
 import difflib
+import logging
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+import ssl
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
 
+log = logging.getLogger(__name__)
+
 Serializer = Callable[[Any], Optional[bytes]]
 
 _INT_MAX = 2147483647
+
+HIDDEN = "[hidden]"
+
+
+class Password:
+    """A secret setting value, as Java's ``org.apache.kafka.common.config.types.Password``:
+    ``str()`` and ``repr()`` give ``[hidden]``, :attr:`value` the secret; equal when the secrets are."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if isinstance(value, Password):
+            value = value.value
+        if not isinstance(value, str):
+            raise TypeError(f"a Password holds a str, not {type(value).__name__}")
+        self._value = value
+
+    @property
+    def value(self) -> str:
+        """The secret itself."""
+        return self._value
+
+    def __str__(self) -> str:
+        return HIDDEN
+
+    def __repr__(self) -> str:
+        return HIDDEN
+
+    def __format__(self, spec: str) -> str:
+        return format(HIDDEN, spec)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Password):
+            return self._value == other._value
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, Password):
+            return self._value != other._value
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((Password, self._value))
+
+    def __reduce__(self) -> Tuple[Any, ...]:  # picklable (Spark, multiprocessing), still by value
+        return (Password, (self._value,))
+
+
+def reveal(value: Any) -> Any:
+    """The secret inside a :class:`Password`; other values as they are."""
+    return value.value if isinstance(value, Password) else value
 
 
 class _Setting:
@@ -39,6 +99,18 @@ class _Setting:
         self.choices = choices
         self.doc = doc
 
+    @property
+    def secret(self) -> bool:
+        return self.kind == "secret"
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: the SASL mechanisms kproducer implements (kproducer.protocol.sasl)
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+TLS_VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+JKS_HINT = ("JKS key and trust stores cannot be read from Python: convert the store once with "
+            "`keytool -importkeystore -srckeystore client.jks -destkeystore client.p12 -deststoretype PKCS12` "
+            "and set the store's type to PKCS12 (or export PEM files)")
 
 _SETTINGS: List[_Setting] = [
     _Setting("bootstrap.servers", None, "servers", "host:port[,host:port...] of brokers to bootstrap from"),
@@ -75,13 +147,87 @@ _SETTINGS: List[_Setting] = [
     _Setting("socket.connection.setup.timeout.ms", 10000, "int", "time to establish a connection", 0),
     _Setting("send.buffer.bytes", 131072, "int", "SO_SNDBUF (-1: OS default)", -1),
     _Setting("receive.buffer.bytes", 32768, "int", "SO_RCVBUF (-1: OS default)", -1),
-    _Setting("security.protocol", "PLAINTEXT", "choice", "only PLAINTEXT is supported", choices=("PLAINTEXT",)),
+    _Setting("security.protocol", "PLAINTEXT", "choice", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+             choices=SECURITY_PROTOCOLS),
+    # -- TLS (docs/security.md lists each setting's librdkafka and kafka-python names)
+    _Setting("ssl.truststore.type", None, "storetype", "PEM or PKCS12 (default: PEM, or PKCS12 for a .p12/.pfx file)"),
+    _Setting("ssl.truststore.location", None, "optstr",
+             "CA certificates to trust: a PEM file (or a directory of them), or a PKCS12 store"),
+    _Setting("ssl.truststore.certificates", None, "optstr", "CA certificates to trust, as PEM text"),
+    _Setting("ssl.truststore.password", None, "secret", "password of a PKCS12 trust store"),
+    _Setting("ssl.keystore.type", None, "storetype", "PEM or PKCS12 (default: PEM, or PKCS12 for a .p12/.pfx file)"),
+    _Setting("ssl.keystore.location", None, "optstr",
+             "client certificate chain (and key, unless ssl.key.location): a PEM file or a PKCS12 store"),
+    _Setting("ssl.keystore.certificate.chain", None, "optstr", "client certificate chain as PEM text"),
+    _Setting("ssl.keystore.key", None, "secret", "client private key as PEM text"),
+    _Setting("ssl.keystore.password", None, "secret", "password of a PKCS12 key store"),
+    _Setting("ssl.key.location", None, "optstr", "client private key as a PEM file (librdkafka's name)"),
+    _Setting("ssl.key.password", None, "secret", "password of an encrypted private key"),
+    _Setting("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", "protocols", "TLS versions offered"),
+    _Setting("ssl.protocol", "TLSv1.3", "tlsprotocol",
+             "the highest TLS version used (TLS: no limit beyond ssl.enabled.protocols)"),
+    _Setting("ssl.cipher.suites", None, "optstr",
+             "OpenSSL cipher list for TLS 1.2 and older (TLS 1.3 suites cannot be restricted in Python)"),
+    _Setting("ssl.endpoint.identification.algorithm", "https", "endpoint",
+             "https: check the broker certificate's host name; empty: do not"),
+    _Setting("enable.ssl.certificate.verification", True, "bool",
+             "false turns certificate verification off altogether (librdkafka's setting)"),
+    _Setting("ssl.context", None, "sslcontext", "an ssl.SSLContext used as is (kafka-python's ssl_context)"),
+    # -- SASL
+    _Setting("sasl.mechanism", None, "mechanism",
+             "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (default: from sasl.jaas.config)"),
+    _Setting("sasl.jaas.config", None, "secret", "Java's login module line with the credentials"),
+    _Setting("sasl.username", None, "optstr", "user name for PLAIN and SCRAM (librdkafka's setting)"),
+    _Setting("sasl.password", None, "secret", "password for PLAIN and SCRAM (librdkafka's setting)"),
+    _Setting("sasl.oauth.token.provider", None, "provider",
+             "OAUTHBEARER: callable returning (token, expiry_epoch_s) or a token, or an object with .token()"),
+    _Setting("sasl.oauthbearer.extensions", None, "extensions",
+             "OAUTHBEARER SASL extensions: 'key=value,key=value' or a mapping"),
     _Setting("allow.auto.create.topics", True, "bool", "let the broker create unknown topics on metadata requests"),
 ]
 
 SETTINGS: Dict[str, _Setting] = {s.java: s for s in _SETTINGS}
 _ALIASES: Dict[str, str] = {s.alias: s.java for s in _SETTINGS}
 _ALIASES.update({"partitioner.class": "partitioner", "partitioner_class": "partitioner"})
+
+
+def _check_hostname_value(v: Any) -> Any:
+    """kafka-python's ssl_check_hostname (a bool) as ssl.endpoint.identification.algorithm."""
+    if isinstance(v, bool):
+        return "https" if v else ""
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return "https" if v.strip().lower() == "true" else ""
+    raise ConfigError(f"ssl_check_hostname must be true or false, got {v!r}")
+
+
+#: other projects' names of the same settings (librdkafka, kafka-python); each also with underscores,
+#: and with a function turning that project's value into ours where the two differ
+_SPELLINGS: Dict[str, Tuple[str, Optional[Callable[[Any], Any]]]] = {
+    "ssl.ca.location": ("ssl.truststore.location", None),
+    "ssl_cafile": ("ssl.truststore.location", None),
+    "ssl.ca.pem": ("ssl.truststore.certificates", None),
+    "ssl.certificate.location": ("ssl.keystore.location", None),
+    "ssl_certfile": ("ssl.keystore.location", None),
+    "ssl_keyfile": ("ssl.key.location", None),
+    "ssl.certificate.pem": ("ssl.keystore.certificate.chain", None),
+    "ssl.key.pem": ("ssl.keystore.key", None),
+    "ssl_password": ("ssl.key.password", None),
+    "ssl_ciphers": ("ssl.cipher.suites", None),
+    "ssl_check_hostname": ("ssl.endpoint.identification.algorithm", _check_hostname_value),
+    "sasl.mechanisms": ("sasl.mechanism", None),
+    "sasl_plain_username": ("sasl.username", None),
+    "sasl_plain_password": ("sasl.password", None),
+}
+for _name, (_java, _fn) in list(_SPELLINGS.items()):
+    _SPELLINGS.setdefault(_name.replace(".", "_"), (_java, _fn))
+for _name, (_java, _fn) in _SPELLINGS.items():
+    _ALIASES[_name] = _java
+_VALUE_MAPS: Dict[str, Callable[[Any], Any]] = {n: fn for n, (_, fn) in _SPELLINGS.items() if fn is not None}
+
+#: the settings that only matter with TLS, and those that only matter with SASL
+_SSL_SETTINGS = frozenset(s.java for s in _SETTINGS if s.java.startswith("ssl.") or s.java ==
+                          "enable.ssl.certificate.verification")
+_SASL_SETTINGS = frozenset(s.java for s in _SETTINGS if s.java.startswith("sasl."))
 
 
 def canonical_name(name: str) -> str:
@@ -94,6 +240,15 @@ def canonical_name(name: str) -> str:
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ConfigError(f"unknown producer setting {name!r}{hint}")
+
+
+def canonical_item(name: str, value: Any) -> Tuple[str, Any]:
+    """``(Java name, value)`` of a setting given by any of its names: another project's value where it
+    differs is turned into ours (kafka-python's ``ssl_check_hostname=False`` is
+    ``ssl.endpoint.identification.algorithm=""``). ConfigError for unknown names."""
+    java = canonical_name(name)
+    value_map = _VALUE_MAPS.get(name)
+    return java, (value_map(value) if value_map is not None else value)
 
 
 def _parse_bool(name: str, v: Any) -> bool:
@@ -188,10 +343,305 @@ def _convert(s: _Setting, v: Any) -> Any:
         return codec
     if kind == "choice":
         assert s.choices is not None
-        if str(v).upper() not in s.choices:
+        if str(v).strip().upper() not in s.choices:
             raise ConfigError(f"{s.java}={v!r} is not supported; valid: {', '.join(s.choices)}")
-        return str(v).upper()
+        return str(v).strip().upper()
+    if kind == "secret":
+        # never the value in a message: only its type
+        if isinstance(v, Password):
+            secret = v
+        elif isinstance(v, str):
+            secret = Password(v)
+        else:
+            raise ConfigError(f"{s.java} must be a string, got a {type(v).__name__}")
+        if s.java == "sasl.jaas.config" and not secret.value.strip():
+            return None
+        return secret
+    if kind == "storetype":
+        text = str(v).strip().upper()
+        if text in ("", "NONE"):
+            return None
+        if text == "JKS":
+            raise ConfigError(f"{s.java}=JKS: {JKS_HINT}")
+        if text in ("PKCS12", "P12", "PFX"):
+            return "PKCS12"
+        if text == "PEM":
+            return "PEM"
+        raise ConfigError(f"{s.java}={v!r} is not supported; valid: PEM, PKCS12")
+    if kind == "protocols":
+        return _parse_protocols(s.java, v)
+    if kind == "tlsprotocol":
+        text = str(v).strip()
+        if text.upper() == "TLS":
+            return "TLS"
+        for known in TLS_VERSIONS:
+            if text.lower() == known.lower():
+                return known
+        raise ConfigError(f"{s.java}={v!r} is not supported; valid: TLS, {', '.join(TLS_VERSIONS)}")
+    if kind == "endpoint":
+        if v is None:
+            return ""
+        text = str(v).strip().lower()
+        if text in ("", "none"):
+            return ""
+        if text == "https":
+            return "https"
+        raise ConfigError(f"{s.java}={v!r} is not supported: 'https' checks the broker's host name, an empty "
+                          "value does not")
+    if kind == "sslcontext":
+        if v is not None and not isinstance(v, ssl.SSLContext):
+            raise ConfigError(f"{s.java} must be an ssl.SSLContext, got a {type(v).__name__}")
+        return v
+    if kind == "provider":
+        if v is None or callable(v) or callable(getattr(v, "token", None)):
+            return v
+        raise ConfigError(f"{s.java} must be a callable returning (token, expiry_epoch_seconds) or a token, or an "
+                          f"object with a token() method, got a {type(v).__name__}")
+    if kind == "mechanism":
+        text = str(v).strip().upper()
+        if not text:
+            return None
+        if text == "GSSAPI":
+            raise ConfigError(f"{s.java}=GSSAPI: Kerberos is not supported by kproducer; supported mechanisms: "
+                              f"{', '.join(SASL_MECHANISMS)}")
+        if text not in SASL_MECHANISMS:
+            raise ConfigError(f"{s.java}={v!r} is not supported; valid: {', '.join(SASL_MECHANISMS)}")
+        return text
+    if kind == "extensions":
+        return _parse_extensions(s.java, v)
     raise AssertionError(kind)
+
+
+def _parse_protocols(name: str, v: Any) -> List[str]:
+    if isinstance(v, str):
+        items = [x.strip() for x in v.split(",") if x.strip()]
+    elif isinstance(v, (list, tuple)):
+        items = [str(x).strip() for x in v]
+    else:
+        raise ConfigError(f"{name} must be a comma-separated list such as 'TLSv1.2,TLSv1.3', got {v!r}")
+    out: List[str] = []
+    for item in items:
+        match = [known for known in TLS_VERSIONS if known.lower() == item.lower()]
+        if not match:
+            raise ConfigError(f"{name}: {item!r} is not a TLS version kproducer knows; valid: "
+                              f"{', '.join(TLS_VERSIONS)}")
+        if match[0] not in out:
+            out.append(match[0])
+    if not out:
+        raise ConfigError(f"{name} is empty: give at least one of {', '.join(TLS_VERSIONS)}")
+    return sorted(out, key=TLS_VERSIONS.index)
+
+
+_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")
+_EXTENSION_VALUE = re.compile(r"^[\x21-\x7E \t\r\n]+$")
+
+
+def _parse_extensions(name: str, v: Any) -> Optional[Dict[str, str]]:
+    """SASL/OAUTHBEARER extensions (KIP-342): ``"k=v,k=v"`` (librdkafka's form) or a mapping."""
+    if v is None:
+        return None
+    pairs: List[Tuple[str, str]] = []
+    if isinstance(v, str):
+        for item in v.split(","):
+            if not item.strip():
+                continue
+            k, sep, val = item.partition("=")
+            if not sep:
+                raise ConfigError(f"{name} must be 'key=value,key=value'; an entry has no '='")
+            pairs.append((k.strip(), val.strip()))
+    elif isinstance(v, Mapping):
+        pairs = [(str(k), str(val)) for k, val in v.items()]
+    else:
+        raise ConfigError(f"{name} must be 'key=value,key=value' or a mapping, got a {type(v).__name__}")
+    out: Dict[str, str] = {}
+    for k, val in pairs:
+        if not _EXTENSION_KEY.match(k) or k == "auth":
+            raise ConfigError(f"{name}: extension name {k!r} must be letters only and not 'auth' (KIP-342)")
+        if not _EXTENSION_VALUE.match(val):
+            raise ConfigError(f"{name}: the value of extension {k!r} must be non-empty printable ASCII")
+        out[k] = val
+    return out or None
+
+
+# -- sasl.jaas.config -------------------------------------------------------------------------------
+
+_JAAS_FLAGS = ("required", "requisite", "sufficient", "optional")
+_JAAS_WORD = re.compile(r"[A-Za-z0-9_.$\-]+")
+_JAAS_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "a": "\a", "v": "\v"}
+#: login module (simple class name) -> the mechanism family it supplies credentials for
+_LOGIN_MODULES = {"PlainLoginModule": "PLAIN", "ScramLoginModule": "SCRAM", "OAuthBearerLoginModule": "OAUTHBEARER"}
+_JAAS_EXAMPLE = ('e.g. org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+                 'password="...";')
+
+
+class JaasLoginModule:
+    """One login module of a ``sasl.jaas.config`` value. ``repr()`` shows the option names, never values."""
+
+    __slots__ = ("module", "flag", "options")
+
+    def __init__(self, module: str, flag: str, options: Dict[str, str]) -> None:
+        self.module = module
+        self.flag = flag
+        self.options = options
+
+    @property
+    def simple_name(self) -> str:
+        return self.module.rsplit(".", 1)[-1]
+
+    @property
+    def mechanism_family(self) -> str:
+        """PLAIN, SCRAM or OAUTHBEARER; ConfigError for login modules kproducer cannot use."""
+        family = _LOGIN_MODULES.get(self.simple_name)
+        if family is not None:
+            return family
+        if self.simple_name == "Krb5LoginModule":
+            raise ConfigError("sasl.jaas.config uses Krb5LoginModule: Kerberos (GSSAPI) is not supported by "
+                              f"kproducer; supported mechanisms: {', '.join(SASL_MECHANISMS)}")
+        if self.simple_name == "IAMLoginModule":
+            raise ConfigError("sasl.jaas.config uses Amazon MSK's IAMLoginModule, a Java class: with kproducer use "
+                              "sasl.mechanism=OAUTHBEARER and a sasl_oauth_token_provider (e.g. from "
+                              "aws-msk-iam-sasl-signer-python); see docs/security.md")
+        raise ConfigError(f"sasl.jaas.config uses login module {self.module}, which kproducer does not know; "
+                          "it knows PlainLoginModule, ScramLoginModule and OAuthBearerLoginModule")
+
+    def __repr__(self) -> str:
+        return f"JaasLoginModule({self.module} {self.flag} options={sorted(self.options)})"
+
+
+def _jaas_error(what: str) -> ConfigError:
+    return ConfigError(f"sasl.jaas.config is malformed: {what} ({_JAAS_EXAMPLE})")
+
+
+def _jaas_tokens(text: str) -> List[Tuple[str, str, int]]:
+    """(kind, text, position) with kind word, string, '=' or ';'. Errors name positions, never the text."""
+    out: List[Tuple[str, str, int]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                raise _jaas_error(f"a /* comment at position {i} is not closed")
+            i = j + 2
+        elif c in "=;":
+            out.append((c, c, i))
+            i += 1
+        elif c in "\"'":
+            start = i
+            i += 1
+            chars: List[str] = []
+            while True:
+                if i >= n:
+                    raise _jaas_error(f"the quoted value at position {start} is not closed")
+                ch = text[i]
+                if ch == c:
+                    i += 1
+                    break
+                if ch == "\\" and i + 1 < n:
+                    nxt = text[i + 1]
+                    if nxt in "01234567":
+                        j = i + 1
+                        while j < n and j < i + 4 and text[j] in "01234567":
+                            j += 1
+                        chars.append(chr(int(text[i + 1:j], 8)))
+                        i = j
+                        continue
+                    chars.append(_JAAS_ESCAPES.get(nxt, nxt))
+                    i += 2
+                    continue
+                chars.append(ch)
+                i += 1
+            out.append(("string", "".join(chars), start))
+        else:
+            m = _JAAS_WORD.match(text, i)
+            if m is None:
+                raise _jaas_error(f"unexpected character at position {i} (quote values that are not plain words)")
+            out.append(("word", m.group(), i))
+            i = m.end()
+    return out
+
+
+def parse_jaas_config(text: str) -> JaasLoginModule:
+    """Parse a ``sasl.jaas.config`` value: exactly one ``<LoginModule class> <flag> [name=value ...];``
+    with values plain words or quoted (``\"`` and ``\\`` escapes). ConfigError that never shows a value."""
+    tokens = _jaas_tokens(text)
+    modules: List[JaasLoginModule] = []
+    i = 0
+    while i < len(tokens):
+        kind, module, pos = tokens[i]
+        if kind != "word":
+            raise _jaas_error(f"expected a login module class name at position {pos}")
+        if i + 1 >= len(tokens) or tokens[i + 1][0] != "word" or tokens[i + 1][1].lower() not in _JAAS_FLAGS:
+            raise _jaas_error(f"the login module {module} must be followed by a control flag "
+                              f"({', '.join(_JAAS_FLAGS)})")
+        flag = tokens[i + 1][1].lower()
+        i += 2
+        options: Dict[str, str] = {}
+        while True:
+            if i >= len(tokens):
+                raise _jaas_error("the login module's options must end with ';'")
+            kind, key, pos = tokens[i]
+            if kind == ";":
+                i += 1
+                break
+            if kind != "word":
+                raise _jaas_error(f"expected an option name at position {pos}")
+            if i + 1 >= len(tokens) or tokens[i + 1][0] != "=":
+                raise _jaas_error(f"option {key} must be followed by '=' and a value")
+            if i + 2 >= len(tokens) or tokens[i + 2][0] not in ("word", "string"):
+                raise _jaas_error(f"option {key} has no value")
+            options[key] = tokens[i + 2][1]
+            i += 3
+        modules.append(JaasLoginModule(module, flag, options))
+    if not modules:
+        raise _jaas_error("no login module")
+    if len(modules) > 1:
+        raise ConfigError(f"sasl.jaas.config has {len(modules)} login modules; a client takes exactly one")
+    return modules[0]
+
+
+class SaslLogin:
+    """What a SASL authentication needs, resolved from the settings. ``repr()`` hides the secrets."""
+
+    __slots__ = ("mechanism", "username", "password", "token_provider", "unsecured_subject",
+                 "unsecured_lifetime_s", "extensions")
+
+    def __init__(self, mechanism: str, username: Optional[str] = None, password: Optional[Password] = None,
+                 token_provider: Any = None, unsecured_subject: Optional[str] = None,
+                 unsecured_lifetime_s: float = 3600.0, extensions: Optional[Dict[str, str]] = None) -> None:
+        self.mechanism = mechanism
+        self.username = username
+        self.password = password
+        self.token_provider = token_provider
+        self.unsecured_subject = unsecured_subject
+        self.unsecured_lifetime_s = unsecured_lifetime_s
+        self.extensions = extensions
+
+    def __repr__(self) -> str:
+        who = f"username={self.username!r}" if self.username is not None else (
+            "token_provider" if self.token_provider is not None else f"unsecured sub={self.unsecured_subject!r}")
+        return f"SaslLogin({self.mechanism}, {who})"
+
+
+def _same_value(s: _Setting, a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        if reveal(a) == reveal(b):
+            return True
+    except Exception:  # an odd object's __eq__
+        return False
+    if s.kind in ("callable", "provider", "sslcontext"):
+        return False
+    try:
+        return bool(_convert(s, a) == _convert(s, b))
+    except ConfigError:
+        return False
 
 
 class ProducerConfig:
@@ -232,24 +682,191 @@ class ProducerConfig:
     receive_buffer_bytes: int
     security_protocol: str
     allow_auto_create_topics: bool
+    ssl_truststore_type: Optional[str]
+    ssl_truststore_location: Optional[str]
+    ssl_truststore_certificates: Optional[str]
+    ssl_truststore_password: Optional[Password]
+    ssl_keystore_type: Optional[str]
+    ssl_keystore_location: Optional[str]
+    ssl_keystore_certificate_chain: Optional[str]
+    ssl_keystore_key: Optional[Password]
+    ssl_keystore_password: Optional[Password]
+    ssl_key_location: Optional[str]
+    ssl_key_password: Optional[Password]
+    ssl_enabled_protocols: List[str]
+    ssl_protocol: str
+    ssl_cipher_suites: Optional[str]
+    ssl_endpoint_identification_algorithm: str
+    enable_ssl_certificate_verification: bool
+    ssl_context: Optional[ssl.SSLContext]
+    sasl_mechanism: Optional[str]
+    sasl_jaas_config: Optional[Password]
+    sasl_username: Optional[str]
+    sasl_password: Optional[Password]
+    sasl_oauth_token_provider: Any
+    sasl_oauthbearer_extensions: Optional[Dict[str, str]]
 
     def __init__(self, settings: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         given: Dict[str, Any] = {}
+        #: each explicit setting (Java name) -> the name the user gave it by
+        self.spelled: Dict[str, str] = {}
         for source in (settings or {}, kwargs):
             for name, value in source.items():
                 if not isinstance(name, str):
                     raise ConfigError(f"setting names must be strings, got {name!r}")
-                java = canonical_name(name)
-                if java in given and given[java] != value:
-                    raise ConfigError(f"{java} is given twice with different values")
+                java, value = canonical_item(name, value)
+                if java in given and not _same_value(SETTINGS[java], given[java], value):
+                    first = self.spelled[java]
+                    if first == name:
+                        raise ConfigError(f"{java} is given twice with different values")
+                    also = "" if java in (first, name) else f" ({java})"
+                    raise ConfigError(f"{first} and {name} are the same setting{also} with different values; "
+                                      "give it once")
                 given[java] = value
+                self.spelled.setdefault(java, name)
         self.explicit: Set[str] = set(given)
         for s in _SETTINGS:
             raw = given.get(s.java, s.default)
             if s.java == "bootstrap.servers" and raw is None:
                 raise ConfigError("bootstrap.servers is required, e.g. Producer(bootstrap_servers='127.0.0.1:9092')")
-            setattr(self, s.alias, None if raw is None else _convert(s, raw))
+            setattr(self, s.alias, None if raw is None and s.kind != "endpoint" else _convert(s, raw))
+        #: the resolved SASL login (mechanism and credentials) for SASL_PLAINTEXT / SASL_SSL, else None
+        self.sasl_login: Optional[SaslLogin] = None
         self._check_relations()
+        self._check_security()
+
+    def _named(self, java: str) -> str:
+        """A setting as the user spelled it (for messages)."""
+        return self.spelled.get(java, java)
+
+    def _check_security(self) -> None:
+        proto = self.security_protocol
+        tls = proto in ("SSL", "SASL_SSL")
+        sasl = proto.startswith("SASL_")
+        ssl_given = sorted(self.explicit & _SSL_SETTINGS)
+        sasl_given = sorted(self.explicit & _SASL_SETTINGS)
+        if ssl_given and not tls:
+            log.info("security.protocol=%s: ignoring %s (TLS settings apply to SSL and SASL_SSL)", proto,
+                     ", ".join(self._named(n) for n in ssl_given))
+        if sasl_given and not sasl:
+            log.info("security.protocol=%s: ignoring %s (SASL settings apply to SASL_PLAINTEXT and SASL_SSL)",
+                     proto, ", ".join(self._named(n) for n in sasl_given))
+        if tls:
+            self._check_tls(ssl_given)
+        if sasl:
+            self.sasl_login = self._resolve_sasl()
+
+    def _check_tls(self, ssl_given: List[str]) -> None:
+        if self.ssl_context is not None:
+            others = [self._named(n) for n in ssl_given if n != "ssl.context"]
+            if others:
+                raise ConfigError(f"{self._named('ssl.context')} is used as it is: do not give {', '.join(others)} "
+                                  "with it (configure the SSLContext instead)")
+            return
+
+        def both(a: str, b: str, what: str) -> None:
+            if a in self.explicit and b in self.explicit and getattr(self, SETTINGS[a].alias) is not None \
+                    and getattr(self, SETTINGS[b].alias) is not None:
+                raise ConfigError(f"{self._named(a)} and {self._named(b)} both give {what}: give one")
+
+        both("ssl.truststore.location", "ssl.truststore.certificates", "the trusted CA certificates")
+        both("ssl.keystore.location", "ssl.keystore.certificate.chain", "the client certificate")
+        self.ssl_truststore_type = _store_type(self, "ssl.truststore.type", self.ssl_truststore_location)
+        self.ssl_keystore_type = _store_type(self, "ssl.keystore.type", self.ssl_keystore_location)
+        if self.ssl_truststore_certificates is not None and self.ssl_truststore_type == "PKCS12":
+            raise ConfigError(f"{self._named('ssl.truststore.certificates')} is PEM text: it needs "
+                              "ssl.truststore.type=PEM")
+        if (self.ssl_keystore_certificate_chain is None) != (self.ssl_keystore_key is None):
+            have, need = (("ssl.keystore.certificate.chain", "ssl.keystore.key")
+                          if self.ssl_keystore_key is None else ("ssl.keystore.key", "ssl.keystore.certificate.chain"))
+            raise ConfigError(f"{self._named(have)} needs {need} (the client certificate chain and its key, as "
+                              "PEM text)")
+        if self.ssl_keystore_certificate_chain is not None and self.ssl_keystore_type == "PKCS12":
+            raise ConfigError(f"{self._named('ssl.keystore.certificate.chain')} is PEM text: it needs "
+                              "ssl.keystore.type=PEM")
+        if self.ssl_key_location is not None:
+            if self.ssl_keystore_location is None:
+                raise ConfigError(f"{self._named('ssl.key.location')} needs the client certificate in "
+                                  "ssl.keystore.location (ssl.certificate.location, ssl_certfile)")
+            if self.ssl_keystore_type == "PKCS12":
+                raise ConfigError(f"{self._named('ssl.key.location')} is for PEM files; a PKCS12 key store "
+                                  "holds the key itself")
+
+    def _resolve_sasl(self) -> SaslLogin:
+        proto = self.security_protocol
+        jaas = parse_jaas_config(self.sasl_jaas_config.value) if self.sasl_jaas_config is not None else None
+        family = jaas.mechanism_family if jaas is not None else None
+        mech = self.sasl_mechanism
+        if mech is None:
+            if family == "SCRAM":
+                raise ConfigError("sasl.jaas.config uses ScramLoginModule: set sasl.mechanism to SCRAM-SHA-256 or "
+                                  "SCRAM-SHA-512")
+            if family is not None:
+                mech = family
+            elif self.sasl_oauth_token_provider is not None:
+                mech = "OAUTHBEARER"
+            elif self.spelled.get("sasl.username") == "sasl_plain_username":
+                mech = "PLAIN"  # kafka-python's default sasl_mechanism
+            else:
+                raise ConfigError(
+                    f"security.protocol={proto} needs sasl.mechanism: one of {', '.join(SASL_MECHANISMS)} "
+                    "(Java's default, GSSAPI/Kerberos, is not supported), or a sasl.jaas.config whose login "
+                    "module names it")
+            self.sasl_mechanism = mech
+        if mech == "OAUTHBEARER":
+            if family is not None and family != "OAUTHBEARER":
+                raise ConfigError(f"sasl.mechanism=OAUTHBEARER needs OAuthBearerLoginModule in sasl.jaas.config, "
+                                  f"not {jaas.simple_name if jaas else family}")
+            extensions: Dict[str, str] = {}
+            if jaas is not None:
+                for key, value in jaas.options.items():
+                    if key.startswith("unsecuredLoginExtension_"):
+                        extensions.update(_parse_extensions("sasl.jaas.config", {key[24:]: value}) or {})
+            extensions.update(self.sasl_oauthbearer_extensions or {})
+            if self.sasl_oauth_token_provider is not None:
+                return SaslLogin(mech, token_provider=self.sasl_oauth_token_provider,
+                                 extensions=extensions or None)
+            subject = jaas.options.get("unsecuredLoginStringClaim_sub") if jaas is not None else None
+            if not subject:
+                raise ConfigError(
+                    "sasl.mechanism=OAUTHBEARER needs a token: give sasl_oauth_token_provider (a callable returning "
+                    "(token, expiry_epoch_seconds)), or for tests an unsecured token with sasl.jaas.config="
+                    "'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                    "unsecuredLoginStringClaim_sub=\"alice\";'")
+            assert jaas is not None
+            lifetime_text = jaas.options.get("unsecuredLoginLifetimeSeconds", "3600")
+            try:
+                lifetime = float(lifetime_text)
+            except ValueError:
+                raise ConfigError("sasl.jaas.config: unsecuredLoginLifetimeSeconds must be a number of seconds") \
+                    from None
+            return SaslLogin(mech, unsecured_subject=subject, unsecured_lifetime_s=lifetime,
+                             extensions=extensions or None)
+        # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: a user name and a password
+        if family == "OAUTHBEARER":
+            raise ConfigError(f"sasl.mechanism={mech} needs PlainLoginModule or ScramLoginModule in "
+                              "sasl.jaas.config, not OAuthBearerLoginModule")
+        from_jaas: Optional[Tuple[str, str]] = None
+        if jaas is not None:
+            missing = [k for k in ("username", "password") if k not in jaas.options]
+            if missing:
+                raise ConfigError(f"sasl.jaas.config: {jaas.simple_name} has no {' and no '.join(missing)} option")
+            from_jaas = (jaas.options["username"], jaas.options["password"])
+        from_settings: Optional[Tuple[str, str]] = None
+        if self.sasl_username is not None or self.sasl_password is not None:
+            if self.sasl_username is None or self.sasl_password is None:
+                have, need = (("sasl.username", "sasl.password") if self.sasl_password is None
+                              else ("sasl.password", "sasl.username"))
+                raise ConfigError(f"{self._named(have)} needs {need}")
+            from_settings = (self.sasl_username, self.sasl_password.value)
+        if from_jaas is not None and from_settings is not None and from_jaas != from_settings:
+            raise ConfigError(f"sasl.jaas.config and {self._named('sasl.username')}/{self._named('sasl.password')} "
+                              "give different credentials: give them once")
+        creds = from_jaas or from_settings
+        if creds is None:
+            raise ConfigError(f"SASL mechanism {mech} needs credentials: set sasl.jaas.config or "
+                              "sasl.username/sasl.password")
+        return SaslLogin(mech, username=creds[0], password=Password(creds[1]))
 
     def _check_relations(self) -> None:
         explicit = self.explicit
@@ -296,5 +913,40 @@ class ProducerConfig:
         )
 
     def as_dict(self) -> Dict[str, Any]:
-        """Every setting by its Java name."""
+        """Every setting by its Java name (secrets as :class:`Password`, which print as ``[hidden]``)."""
         return {s.java: getattr(self, s.alias) for s in _SETTINGS}
+
+    def __repr__(self) -> str:
+        return f"ProducerConfig({self.as_dict()!r})"
+
+
+def secret_settings() -> Set[str]:
+    """Java names of the settings whose values are secrets."""
+    return {s.java for s in _SETTINGS if s.secret}
+
+
+def is_secret(name: str) -> bool:
+    """Whether the setting of this name (any spelling) holds a secret; False for unknown names."""
+    try:
+        return SETTINGS[canonical_name(name)].secret
+    except ConfigError:
+        return False
+
+
+def _store_type(cfg: ProducerConfig, type_setting: str, location: Optional[str]) -> Optional[str]:
+    """A key or trust store's type: as given, else from the file suffix (.p12/.pfx: PKCS12), else PEM."""
+    given = getattr(cfg, SETTINGS[type_setting].alias)
+    location_setting = type_setting.replace(".type", ".location")
+    suffix = location.rsplit(".", 1)[-1].lower() if location and "." in location else ""
+    if suffix == "jks":
+        raise ConfigError(f"{cfg._named(location_setting)} is a JKS file ({location}): {JKS_HINT}")
+    if given is not None:
+        return str(given)
+    if location is None:
+        return None
+    return "PKCS12" if suffix in ("p12", "pfx") else "PEM"
+
+
+__all__ = ["HIDDEN", "JKS_HINT", "SASL_MECHANISMS", "SECURITY_PROTOCOLS", "SETTINGS", "JaasLoginModule", "Password",
+           "ProducerConfig", "SaslLogin", "canonical_item", "canonical_name", "is_secret", "parse_jaas_config",
+           "parse_servers", "reveal", "secret_settings"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .protocol.errors import *  # noqa: F401,F403
-from .protocol.errors import KafkaError
+from .protocol.errors import AuthenticationError, KafkaError
 
 __all__ = [
     # from kproducer.protocol.errors
@@ -22,6 +22,7 @@ __all__ = [
     "MAX_KNOWN_ERROR_CODE",
     "KafkaError",
     "ProtocolError",
+    "AuthenticationError",
     "BrokerResponseError",
     "UnknownKafkaError",
     "error_for_code",
@@ -171,6 +172,8 @@ __all__ = [
     "ProducerClosedError",
     "SerializationError",
     "KafkaConnectionError",
+    "SslAuthenticationError",
+    "SecurityProtocolMismatchError",
     "NoBrokersAvailableError",
     "TransactionError",
     "TransactionAbortedError",
@@ -297,3 +300,22 @@ class TransactionAbortedError(TransactionError):
 
     name = "TRANSACTION_ABORTED"
     default_message = "The transaction was aborted before this record was sent."
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate did not verify (unknown CA, hostname
+    mismatch, expired), the broker refused ours, or the two sides share no protocol version or cipher.
+    The message names the broker and OpenSSL's reason."""
+
+    name = "SSL_AUTHENTICATION_FAILED"
+    default_message = "The TLS handshake with the broker failed: check the ssl.* settings."
+
+
+class SecurityProtocolMismatchError(SslAuthenticationError):
+    """One side of a connection speaks TLS and the other does not: ``security.protocol`` does not match
+    the broker's listener (SSL or SASL_SSL against a plaintext port, or the reverse)."""
+
+    name = "SECURITY_PROTOCOL_MISMATCH"
+    default_message = (
+        "The broker's listener and security.protocol disagree about TLS: check security.protocol."
+    )

@@ -12,15 +12,16 @@ from kproducer.protocol.records import RecordBatch, read_batches
 
 
 def consume(bootstrap: str, topic: str, partitions: Sequence[int], expected: int, timeout: float = 60.0,
-            isolation_level: str = "read_uncommitted") -> List[Any]:
+            isolation_level: str = "read_uncommitted", **consumer_settings: Any) -> List[Any]:
     """Read ``partitions`` of ``topic`` from the beginning with kafka-python until ``expected`` records or
-    ``timeout``; then one more short poll so that extra (unexpected) records would be seen too."""
+    ``timeout``; then one more short poll so that extra (unexpected) records would be seen too.
+    ``consumer_settings``: more KafkaConsumer arguments (e.g. security_protocol="SSL", ssl_cafile=...)."""
     from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
         fetch_max_wait_ms=20, consumer_timeout_ms=5000, request_timeout_ms=15000, isolation_level=isolation_level,
-        allow_auto_create_topics=False, client_id="kproducer-tests-consumer",
+        allow_auto_create_topics=False, client_id="kproducer-tests-consumer", **consumer_settings,
     )
     got: List[Any] = []
     try:

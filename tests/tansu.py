@@ -33,11 +33,24 @@ def free_port() -> int:
 
 
 class Tansu:
-    """One tansu broker on a free 127.0.0.1 port, memory storage."""
+    """One tansu broker on a free 127.0.0.1 port, memory storage.
 
-    def __init__(self, port: Optional[int] = None) -> None:
+    ``advertised_port``: the port put in metadata answers (default: the listening port). A TLS
+    terminator in front of tansu (tests/stunnel.py) passes its own port, so that clients which
+    bootstrap through it are sent back to it and never to the plaintext port.
+
+    ``authentication``: start with ``--authentication`` (SASL required before any request other than
+    ApiVersions / SaslHandshake / SaslAuthenticate). What tansu 0.6.0 does with it is in
+    tests/stunnel.py's module docstring: the memory storage keeps no users, so no SCRAM login can
+    succeed, and tansu has no PLAIN.
+    """
+
+    def __init__(self, port: Optional[int] = None, advertised_port: Optional[int] = None,
+                 authentication: bool = False) -> None:
         self.binary = tansu_binary()
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
+        self.authentication = authentication
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
 
@@ -49,13 +62,17 @@ class Tansu:
     def url(self) -> str:
         return f"tcp://127.0.0.1:{self.port}"
 
+    @property
+    def advertised_url(self) -> str:
+        return f"tcp://127.0.0.1:{self.advertised_port}"
+
     def start(self, timeout: float = 20.0) -> "Tansu":
         env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_LOG", "warn"))
-        self.proc = subprocess.Popen(
-            [self.binary, "broker", "--listener-url", self.url, "--advertised-listener-url", self.url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env,
-        )
+        cmd = [self.binary, "broker", "--listener-url", self.url, "--advertised-listener-url", self.advertised_url,
+               "--storage-engine", "memory://tansu/"]
+        if self.authentication:
+            cmd.append("--authentication")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

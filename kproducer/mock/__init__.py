@@ -3,7 +3,9 @@
 Each broker is built like Kafka's: an Acceptor thread, Processor threads running selector loops, a
 RequestChannel, request handler threads and an API layer, over in-memory partition logs shared by
 the cluster, with fault injection (error codes, lost responses, latency, dropped connections, leader
-moves, broker stops and restarts).
+moves, broker stops and restarts). Listeners may serve TLS (a certificate made at start, with the
+optional ``cryptography`` package) and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER; KIP-368 session
+lifetimes): ``MockCluster(security_protocol="SASL_SSL", users={"alice": "secret"})``.
 """
 from __future__ import annotations
 

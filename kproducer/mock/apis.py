@@ -25,6 +25,8 @@ from ..protocol.messages import (
     OFFSET_COMMIT,
     OFFSET_FETCH,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     TXN_OFFSET_COMMIT,
     encode_response,
 )
@@ -59,7 +61,7 @@ Result = Union[Body, Marker]
 SERVED_APIS: List[Api] = [
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, CREATE_TOPICS, INIT_PRODUCER_ID,
     ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT, OFFSET_COMMIT, OFFSET_FETCH,
-    API_VERSIONS,
+    API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE,
 ]
 SERVED_VERSIONS: Dict[int, Tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in SERVED_APIS}
 API_NAMES: Dict[int, str] = {a.key: snake(a.name) for a in SERVED_APIS}
@@ -83,6 +85,7 @@ class KafkaApis:
         from .fetch import FetchPurgatory, handle_fetch
         from .group_apis import handle_offset_commit, handle_offset_fetch
         from .produce import handle_produce
+        from .sasl_apis import handle_sasl_authenticate, handle_sasl_handshake
         from .txn_apis import (
             handle_add_offsets_to_txn,
             handle_add_partitions_to_txn,
@@ -113,6 +116,8 @@ class KafkaApis:
             TXN_OFFSET_COMMIT.key: lambda r: handle_txn_offset_commit(self, r),
             OFFSET_COMMIT.key: lambda r: handle_offset_commit(self, r),
             OFFSET_FETCH.key: lambda r: handle_offset_fetch(self, r),
+            SASL_HANDSHAKE.key: lambda r: handle_sasl_handshake(self, r),
+            SASL_AUTHENTICATE.key: lambda r: handle_sasl_authenticate(self, r),
         }
 
     # ---------------------------------------------------------------------------- dispatch
@@ -126,7 +131,8 @@ class KafkaApis:
         if result is not DEFERRED:
             self.respond(request, result)
 
-    def respond(self, request: Request, result: Result) -> None:
+    def respond(self, request: Request, result: Result, close_after_send: bool = False) -> None:
+        """Send a handler's result; ``close_after_send`` closes the connection once it is written."""
         if result is CLOSE_CONNECTION or self.faults.take_drop(API_NAMES[request.api.key]):
             self.channel.send_response(Response(request, None, close=True))
             return
@@ -139,7 +145,7 @@ class KafkaApis:
         # an ApiVersions request of a version we do not know is answered as v0
         version = request.version if request.body is not None else 0
         data = encode_response(request.api, version, request.header.correlation_id, result)
-        self.channel.send_response(Response(request, data, send_at=send_at))
+        self.channel.send_response(Response(request, data, send_at=send_at, close_after_send=close_after_send))
 
     # ----------------------------------------------------------------------------- helpers
 

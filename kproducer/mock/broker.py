@@ -9,6 +9,7 @@ from typing import Optional
 from .apis import SERVED_VERSIONS, KafkaApis
 from .request_channel import RequestChannel
 from .request_handler import RequestHandlerPool
+from .security import ListenerSecurity
 from .socket_server import SocketServer
 from .state import BrokerInfo, ClusterState
 from .txn import TransactionCoordinator
@@ -26,12 +27,16 @@ class MockBroker:
         txn: TransactionCoordinator,
         num_processors: int = 2,
         num_handlers: int = 2,
+        security: Optional[ListenerSecurity] = None,
     ) -> None:
         self.info = BrokerInfo(broker_id, host, port)
         self._state = state
         self._txn = txn
         self._num_processors = num_processors
         self._num_handlers = num_handlers
+        self._security = security
+        #: connections accepted by earlier runs (a stopped broker's count is kept)
+        self._accepted_before = 0
         self._server: Optional[SocketServer] = None
         self._handlers: Optional[RequestHandlerPool] = None
         self._apis: Optional[KafkaApis] = None
@@ -55,7 +60,7 @@ class MockBroker:
         apis = KafkaApis(self.info.id, self._state, self._txn, channel)
         server = SocketServer(
             self.info.id, self.info.host, self.info.port, channel, SERVED_VERSIONS,
-            self._num_processors, self._state.config.max_request_size,
+            self._num_processors, self._state.config.max_request_size, self._security,
         )
         server.start()
         self.info.port = server.port
@@ -77,6 +82,7 @@ class MockBroker:
         server, handlers, apis = self._server, self._handlers, self._apis
         self._server = self._handlers = self._apis = None
         server.stop()
+        self._accepted_before += server.accepted
         if handlers is not None:
             handlers.stop()
         if apis is not None:
@@ -86,6 +92,11 @@ class MockBroker:
     def drop_connections(self) -> None:
         if self._server is not None:
             self._server.close_connections()
+
+    @property
+    def connections_accepted(self) -> int:
+        """Connections accepted since the broker was created (restarts included)."""
+        return self._accepted_before + (self._server.accepted if self._server is not None else 0)
 
     @property
     def connection_count(self) -> int:

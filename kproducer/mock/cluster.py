@@ -2,18 +2,25 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from collections import Counter
 from types import TracebackType
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .apis import API_NAMES
 from .broker import MockBroker
 from .faults import FaultInjector, RequestLogEntry
 from .log import StoredRecord, decode_batches
+from .security import ALL_MECHANISMS, CLIENT_AUTH, SECURITY_PROTOCOLS, ListenerSecurity
 from .state import ClusterConfig, ClusterState, PartitionState, TopicError
 from .txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
+
+
+def jaas_quote(value: str) -> str:
+    """A JAAS option value in double quotes (backslash escapes for ``\\`` and ``"``)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class MockCluster:
@@ -29,6 +36,19 @@ class MockCluster:
     connection); ``max_fetch_wait_ms`` (cap on a Fetch's wait for data); ``validate_records`` (decode
     every produced record, slower); ``move_leaders_on_stop`` (a stopped broker's partitions get a
     live leader, as with replication; otherwise they are leaderless until it restarts).
+
+    Security (every broker's listener is the same): ``security_protocol`` PLAINTEXT, SSL,
+    SASL_PLAINTEXT or SASL_SSL. TLS uses ``ssl_context`` (a server context) or, when None, a CA and a
+    server certificate for ``localhost`` / 127.0.0.1 that the cluster makes itself (needs the
+    ``cryptography`` package; :attr:`ca_pem` is the CA to trust); ``ssl_client_auth`` "requested" or
+    "required" asks clients for a certificate of that CA (:meth:`issue_client_certificate`). SASL serves
+    ``sasl_mechanisms`` (default: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER, which accepts
+    unsecured JWTs) for ``users`` (name -> password); ``session_lifetime_ms`` > 0 makes sessions expire
+    (KIP-368): SaslAuthenticate v1+ tells clients, and a connection that has not re-authenticated in
+    time is closed at its next request. ``ssl_ca_pem`` is the CA of a given ``ssl_context`` (for
+    :attr:`ca_pem` and :meth:`client_config`); ``scram_iterations`` the SCRAM iteration count.
+    :meth:`client_config` gives the client settings to connect; :attr:`auth_stats` and
+    :attr:`connection_count_total` count authentications and connections.
     """
 
     def __init__(
@@ -46,6 +66,14 @@ class MockCluster:
         move_leaders_on_stop: bool = True,
         host: str = "127.0.0.1",
         ports: Optional[Sequence[int]] = None,
+        security_protocol: str = "PLAINTEXT",
+        sasl_mechanisms: Optional[Sequence[str]] = None,
+        users: Optional[Mapping[str, str]] = None,
+        session_lifetime_ms: int = 0,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        ssl_ca_pem: Optional[str] = None,
+        ssl_client_auth: str = "none",
+        scram_iterations: int = 4096,
     ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
@@ -62,6 +90,12 @@ class MockCluster:
             validate_records=validate_records,
             move_leaders_on_stop=move_leaders_on_stop,
         )
+        self._certs: Optional[Any] = None  # kproducer.mock.certs.Certificates when the cluster made them
+        self._ca_pem = ssl_ca_pem
+        self._security = self._make_security(
+            security_protocol, sasl_mechanisms, users, session_lifetime_ms, ssl_context, ssl_client_auth,
+            scram_iterations, host,
+        )
         self._faults = FaultInjector(API_NAMES.values())
         self._state = ClusterState(config, self._faults)
         self._txn = TransactionCoordinator(self._state)
@@ -70,9 +104,52 @@ class MockCluster:
             broker_id = i + 1
             port = ports[i] if ports is not None else 0
             self._brokers[broker_id] = MockBroker(
-                broker_id, host, port, self._state, self._txn, num_processors, num_handlers
+                broker_id, host, port, self._state, self._txn, num_processors, num_handlers, self._security
             )
         self._started = False
+
+    def _make_security(
+        self,
+        protocol: str,
+        mechanisms: Optional[Sequence[str]],
+        users: Optional[Mapping[str, str]],
+        session_lifetime_ms: int,
+        ssl_context: Optional[ssl.SSLContext],
+        client_auth: str,
+        scram_iterations: int,
+        host: str,
+    ) -> ListenerSecurity:
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, not {protocol!r}")
+        if client_auth not in CLIENT_AUTH:
+            raise ValueError(f"ssl_client_auth must be one of {', '.join(CLIENT_AUTH)}, not {client_auth!r}")
+        tls = protocol in ("SSL", "SASL_SSL")
+        sasl = protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        if not tls and (ssl_context is not None or client_auth != "none"):
+            raise ValueError(f"ssl_context and ssl_client_auth need security_protocol SSL or SASL_SSL, not {protocol}")
+        if not sasl and (mechanisms or users):
+            raise ValueError(f"sasl_mechanisms and users need security_protocol SASL_PLAINTEXT or SASL_SSL, "
+                             f"not {protocol}")
+        self._client_auth = client_auth
+        if tls and ssl_context is None:
+            from .certs import make_certificates, server_context
+
+            names = ["localhost", "127.0.0.1"]
+            if host not in names:
+                names.append(host)
+            self._certs = make_certificates(names)
+            ssl_context = server_context(self._certs, client_auth)
+            self._ca_pem = self._certs.ca_pem
+        elif tls and ssl_context is not None and client_auth != "none":
+            ssl_context.verify_mode = ssl.CERT_REQUIRED if client_auth == "required" else ssl.CERT_OPTIONAL
+        return ListenerSecurity(
+            protocol,
+            ssl_context=ssl_context,
+            sasl_mechanisms=list(mechanisms) if mechanisms else list(ALL_MECHANISMS),
+            users=users,
+            session_lifetime_ms=session_lifetime_ms,
+            scram_iterations=scram_iterations,
+        )
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -152,6 +229,85 @@ class MockCluster:
 
     def connection_count(self, broker_id: int) -> int:
         return self._broker(broker_id).connection_count
+
+    @property
+    def connection_count_total(self) -> int:
+        """Connections accepted since the cluster was created, all brokers together."""
+        return sum(b.connections_accepted for b in self._brokers.values())
+
+    # ------------------------------------------------------------------------------ security
+
+    @property
+    def security_protocol(self) -> str:
+        return self._security.protocol
+
+    @property
+    def sasl_mechanisms(self) -> List[str]:
+        return list(self._security.mechanisms)
+
+    @property
+    def ca_pem(self) -> str:
+        """The PEM certificate of the CA clients must trust (TLS listeners)."""
+        if not self._security.tls:
+            raise RuntimeError(f"the mock cluster's listeners are {self._security.protocol}: no TLS, no CA")
+        if self._ca_pem is None:
+            raise RuntimeError("the mock cluster serves TLS with the ssl_context it was given: "
+                               "pass ssl_ca_pem= too to get ca_pem and client_config()")
+        return self._ca_pem
+
+    def issue_client_certificate(self, name: str = "client") -> Tuple[str, str]:
+        """A client certificate (PEM) and its key (PEM, unencrypted) issued by the cluster's own CA,
+        for mutual TLS (``ssl_client_auth``)."""
+        if self._certs is None:
+            raise RuntimeError("only a mock cluster that made its own certificates (TLS, no ssl_context) "
+                               "can issue client certificates")
+        from .certs import issue_cert
+
+        issued = issue_cert(self._certs.ca, [name], common_name=name, client=True)
+        return issued.cert_pem, issued.key_pem
+
+    @property
+    def auth_stats(self) -> Dict[str, int]:
+        """SASL counters, all brokers: "attempts" (SaslHandshake requests, re-authentications included),
+        "successes", "failures", "reauthentications" and "expired_connections" (closed at a request
+        after their session expired)."""
+        return self._security.stats.snapshot()
+
+    def client_config(self, user: Optional[str] = None, mechanism: Optional[str] = None) -> Dict[str, Any]:
+        """The client settings (Java names) to reach this cluster: ``bootstrap.servers`` and
+        ``security.protocol``; with TLS ``ssl.truststore.type`` PEM and ``ssl.truststore.certificates``
+        (plus a client certificate in ``ssl.keystore.*`` when client certificates are required); with
+        SASL ``sasl.mechanism`` (``mechanism`` or the first enabled) and ``sasl.jaas.config`` for
+        ``user`` (or the first user; OAUTHBEARER: an unsecured token for that principal)."""
+        sec = self._security
+        config: Dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "security.protocol": sec.protocol}
+        if sec.tls:
+            config["ssl.truststore.type"] = "PEM"
+            config["ssl.truststore.certificates"] = self.ca_pem
+            if self._client_auth == "required" and self._certs is not None:
+                cert, key = self.issue_client_certificate()
+                config.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": cert,
+                               "ssl.keystore.key": key})
+        if sec.sasl:
+            mech = (mechanism or sec.mechanisms[0]).upper()
+            if mech not in sec.mechanisms:
+                raise ValueError(f"SASL mechanism {mech} is not enabled; enabled: {', '.join(sec.mechanisms)}")
+            name = user if user is not None else next(iter(sec.users), None)
+            config["sasl.mechanism"] = mech
+            if mech == "OAUTHBEARER":
+                config["sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                    f"unsecuredLoginStringClaim_sub={jaas_quote(name or 'alice')};")
+            else:
+                if name is None:
+                    raise ValueError("the mock cluster has no users: pass users={name: password}")
+                if name not in sec.users:
+                    raise KeyError(f"unknown user {name!r}")
+                module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mech == "PLAIN"
+                          else "org.apache.kafka.common.security.scram.ScramLoginModule")
+                config["sasl.jaas.config"] = (f"{module} required username={jaas_quote(name)} "
+                                              f"password={jaas_quote(sec.users[name])};")
+        return config
 
     # -------------------------------------------------------------------------------- topics
 

@@ -4,13 +4,22 @@ A frame is a 4-byte big-endian size followed by that many bytes. A negative size
 configured maximum is hostile or garbage input: :class:`FramingError` tells the processor to close
 the connection. Bytes that arrive while the connection is muted stay buffered; the next frame is
 taken from the buffer only when the processor unmutes the connection.
+
+:class:`TlsConnection` is the same over a non-blocking :class:`ssl.SSLSocket`: the processor drives its
+server-side handshake on readiness (:meth:`TlsConnection.handshake`), and its reads drain what the SSL
+object has already decrypted (``pending()``), which the selector would never signal.
 """
 from __future__ import annotations
 
+import selectors
 import socket
+import ssl
 import struct
 from collections import deque
-from typing import Deque, Optional
+from typing import TYPE_CHECKING, Deque, Optional
+
+if TYPE_CHECKING:
+    from .security import SaslSession
 
 _SIZE = struct.Struct(">i")
 _RECV_CHUNK = 256 * 1024
@@ -29,6 +38,9 @@ class Connection:
         "max_frame",
         "muted",
         "closed",
+        "handshaking",
+        "session",
+        "close_after_send",
         "_in",
         "_out",
         "_out_pos",
@@ -42,6 +54,12 @@ class Connection:
         #: True while a request from this connection is being handled (no further frame is read)
         self.muted = False
         self.closed = False
+        #: True until the TLS handshake has completed (always False for a plaintext connection)
+        self.handshaking = False
+        #: the connection's SASL state on a SASL listener, else None
+        self.session: Optional["SaslSession"] = None
+        #: close the connection once the queued output has been written (failed authentication)
+        self.close_after_send = False
         self._in = bytearray()
         self._out: Deque[memoryview] = deque()
         self._out_pos = 0
@@ -116,3 +134,76 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+
+
+class TlsConnection(Connection):
+    """A connection over a non-blocking server-side :class:`ssl.SSLSocket` (wrapped with
+    ``do_handshake_on_connect=False``)."""
+
+    __slots__ = ("handshake_events",)
+
+    def __init__(self, conn_id: int, sock: ssl.SSLSocket, peer: str, max_frame: int) -> None:
+        super().__init__(conn_id, sock, peer, max_frame)
+        self.handshaking = True
+        #: the selector events the handshake waits for
+        self.handshake_events = selectors.EVENT_READ
+
+    def handshake(self) -> bool:
+        """One step of the TLS handshake. True when it has completed; False when it waits for the
+        socket (``handshake_events`` says for what). Raises ssl.SSLError / OSError when it fails."""
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.handshake_events = selectors.EVENT_READ
+            return False
+        except ssl.SSLWantWriteError:
+            self.handshake_events = selectors.EVENT_READ | selectors.EVENT_WRITE
+            return False
+        self.handshaking = False
+        return True
+
+    def read(self) -> bool:
+        sock = self.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            data = sock.recv(_RECV_CHUNK)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            return True
+        except ssl.SSLZeroReturnError:  # the peer sent close_notify
+            return False
+        if not data:
+            return False
+        self._in += data
+        # the SSL object may hold more decrypted bytes than one recv returned: the selector will not
+        # report them (they are no longer in the kernel), so take them now
+        while True:
+            pending = sock.pending()
+            if not pending:
+                return True
+            try:
+                more = sock.recv(max(pending, _RECV_CHUNK))
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return True
+            except ssl.SSLZeroReturnError:
+                return False
+            if not more:
+                return False
+            self._in += more
+
+    def write(self) -> bool:
+        out = self._out
+        sock = self.sock
+        while out:
+            view = out[0]
+            try:
+                sent = sock.send(view[self._out_pos:])
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                return False
+            self._out_pos += sent
+            if self._out_pos < len(view):
+                return False
+            out.popleft()
+            self._out_pos = 0
+        return True

@@ -6,6 +6,14 @@ receive is parsed (header and body) and put on the RequestChannel, and its conne
 the response has been sent, so responses leave in request order even when a client pipelines
 requests. Anything it cannot parse (a refused frame size, a malformed header or body, an unknown API
 key, an unsupported version of an API other than ApiVersions) closes that one connection and is logged.
+
+On a TLS listener each accepted socket is wrapped server side without a handshake; the handshake is a
+connection state driven on selector readiness (a client that does not speak TLS fails it and is
+closed). On a SASL listener each connection carries a :class:`~kproducer.mock.security.SaslSession`
+with its requests: until it has authenticated only ApiVersions, SaslHandshake and SaslAuthenticate
+pass, and an expired session closes the connection at its next request (KIP-368), as Kafka's
+SocketServer does. A response may ask to close the connection once it has been written (a failed
+authentication). On a PLAINTEXT listener all of this costs a few flag checks.
 """
 from __future__ import annotations
 
@@ -14,18 +22,23 @@ import itertools
 import logging
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections import deque
 from typing import Deque, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..protocol.messages import API_VERSIONS, decode_request_header
-from .connection import Connection, FramingError
+from .connection import Connection, FramingError, TlsConnection
 from .request_channel import Request, RequestChannel, Response
+from .security import ListenerSecurity
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 0.5
+#: how long a connection stays open after its failed-authentication response was written (Kafka's
+#: connection.failed.authentication.delay.ms is 100): a client reads the response before the close
+CLOSE_AFTER_SEND_DELAY = 0.1
 _conn_ids = itertools.count(1)
 
 
@@ -39,6 +52,7 @@ class Processor(threading.Thread):
         channel: RequestChannel,
         served: Mapping[int, Tuple[int, int]],
         max_request_size: int,
+        security: Optional[ListenerSecurity] = None,
     ) -> None:
         super().__init__(name=f"mock-broker-{broker_id}-network-{processor_id}", daemon=True)
         self.processor_id = processor_id
@@ -46,6 +60,8 @@ class Processor(threading.Thread):
         self._channel = channel
         self._served = served
         self._max_request_size = max_request_size
+        self._security = security
+        self._ssl_context: Optional[ssl.SSLContext] = security.ssl_context if security is not None else None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -60,6 +76,8 @@ class Processor(threading.Thread):
         self._delayed: List[Tuple[float, int, Response]] = []
         self._delay_seq = itertools.count()
         self._check_buffer: Set[int] = set()
+        #: (close at time.monotonic(), connection): connections to close once their last response went out
+        self._closing: List[Tuple[float, Connection]] = []
         self._completed_receives: List[Tuple[Connection, bytes]] = []
         self._completed_sends: List[Connection] = []
         self._disconnected: List[Tuple[Connection, str, int]] = []
@@ -120,6 +138,18 @@ class Processor(threading.Thread):
         self._process_completed_receives()
         self._process_completed_sends()
         self._process_disconnected()
+        if self._closing:
+            self._close_delayed()
+
+    def _close_delayed(self) -> None:
+        now = time.monotonic()
+        keep = []
+        for at, conn in self._closing:
+            if at <= now:
+                self._close(conn, "closed after its last response (authentication failed)", logging.INFO)
+            else:
+                keep.append((at, conn))
+        self._closing = keep
 
     def _configure_new_connections(self) -> None:
         while self._new_connections:
@@ -131,10 +161,28 @@ class Processor(threading.Thread):
                 log.debug("broker %d: could not configure connection from %s: %s", self.broker_id, peer, e)
                 sock.close()
                 continue
-            conn = Connection(next(_conn_ids), sock, peer, self._max_request_size)
+            conn = self._new_connection(sock, peer)
+            if conn is None:
+                continue
             self._connections[conn.id] = conn
             self._update_interest(conn)
             log.debug("broker %d: connection %d from %s", self.broker_id, conn.id, peer)
+
+    def _new_connection(self, sock: socket.socket, peer: str) -> Optional[Connection]:
+        conn: Connection
+        if self._ssl_context is None:
+            conn = Connection(next(_conn_ids), sock, peer, self._max_request_size)
+        else:
+            try:
+                tls_sock = self._ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            except (ssl.SSLError, OSError) as e:
+                log.info("broker %d: could not start TLS with %s: %s", self.broker_id, peer, e)
+                sock.close()
+                return None
+            conn = TlsConnection(next(_conn_ids), tls_sock, peer, self._max_request_size)
+        if self._security is not None:
+            conn.session = self._security.new_session()
+        return conn
 
     def _process_new_responses(self) -> None:
         now = time.monotonic()
@@ -158,6 +206,8 @@ class Processor(threading.Thread):
         if response.data is None:
             self._unmute(conn)
             return
+        if response.close_after_send:
+            conn.close_after_send = True
         conn.enqueue(response.data)
         try:
             done = conn.write()
@@ -176,6 +226,8 @@ class Processor(threading.Thread):
             timeout = POLL_TIMEOUT
             if self._delayed:
                 timeout = max(0.0, min(timeout, self._delayed[0][0] - time.monotonic()))
+            if self._closing:
+                timeout = max(0.0, min(timeout, min(at for at, _ in self._closing) - time.monotonic()))
         events = self._selector.select(timeout)
         for key, mask in events:
             conn = key.data
@@ -192,6 +244,9 @@ class Processor(threading.Thread):
                 continue
             assert isinstance(conn, Connection)
             if conn.closed:
+                continue
+            if conn.handshaking:
+                self._handshake(conn)
                 continue
             if mask & selectors.EVENT_WRITE:
                 try:
@@ -216,6 +271,33 @@ class Processor(threading.Thread):
                 found = self._connections.get(conn_id)
                 if found is not None and not found.muted:
                     self._take_frame(found)
+
+    def _handshake(self, conn: Connection) -> None:
+        """One step of a TLS connection's server-side handshake; once it completes, read what the client
+        may already have sent after it."""
+        assert isinstance(conn, TlsConnection)
+        try:
+            done = conn.handshake()
+        except (ssl.SSLError, OSError) as e:
+            # e.g. a plaintext Kafka client on the TLS port: "wrong version number" / "http request"
+            reason = getattr(e, "reason", None) or str(e) or type(e).__name__
+            hint = " (a client without TLS? check its security.protocol)" if "VERSION" in reason else ""
+            self._disconnected.append((conn, f"TLS handshake failed: {reason}{hint}", logging.INFO))
+            return
+        self._update_interest(conn)
+        if not done:
+            return
+        log.debug("broker %d: TLS established with %s", self.broker_id, conn.peer)
+        try:
+            alive = conn.read()
+        except OSError as e:
+            self._disconnected.append((conn, f"read failed: {e}", logging.DEBUG))
+            return
+        if not alive:
+            self._disconnected.append((conn, "peer closed the connection", logging.DEBUG))
+            return
+        if conn.buffered() >= 4:
+            self._check_buffer.add(conn.id)
 
     def _take_frame(self, conn: Connection) -> None:
         try:
@@ -249,6 +331,14 @@ class Processor(threading.Thread):
                 (conn, f"unknown or unserved API key {header.api_key} (v{header.api_version})", logging.WARNING)
             )
             return None
+        session = conn.session
+        if session is not None:
+            refused = session.allows(header.api_key)
+            if refused is not None:
+                if session.authenticated:
+                    session.security.stats.add("expired_connections")
+                self._disconnected.append((conn, refused, logging.INFO))
+                return None
         lo, hi = self._served[header.api_key]
         body = None
         if lo <= header.api_version <= hi:
@@ -265,13 +355,16 @@ class Processor(threading.Thread):
                 (conn, f"unsupported {api.name} version {header.api_version} (served: v{lo}-v{hi})", logging.WARNING)
             )
             return None
-        return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer)
+        return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer, session)
 
     def _process_completed_sends(self) -> None:
         sends, self._completed_sends = self._completed_sends, []
         for conn in sends:
             if not conn.closed:
-                self._unmute(conn)
+                if conn.close_after_send:  # stays muted: nothing more is read from it
+                    self._closing.append((time.monotonic() + CLOSE_AFTER_SEND_DELAY, conn))
+                else:
+                    self._unmute(conn)
 
     def _process_disconnected(self) -> None:
         disconnected, self._disconnected = self._disconnected, []
@@ -290,10 +383,14 @@ class Processor(threading.Thread):
         if conn.closed:
             return
         events = 0
-        if not conn.muted:
-            events |= selectors.EVENT_READ
-        if conn.has_pending_send():
-            events |= selectors.EVENT_WRITE
+        if conn.handshaking:
+            assert isinstance(conn, TlsConnection)
+            events = conn.handshake_events
+        else:
+            if not conn.muted:
+                events |= selectors.EVENT_READ
+            if conn.has_pending_send():
+                events |= selectors.EVENT_WRITE
         current = self._interest.get(conn.id, 0)
         if events == current:
             return

@@ -10,10 +10,13 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
 
 from ..protocol.messages import RequestHeader
 from ..protocol.schema import Api
+
+if TYPE_CHECKING:
+    from .security import SaslSession
 
 
 class Request:
@@ -28,6 +31,7 @@ class Request:
         "size",
         "received_at",
         "peer",
+        "session",
     )
 
     def __init__(
@@ -39,6 +43,7 @@ class Request:
         body: Optional[Dict[str, Any]],
         size: int,
         peer: str,
+        session: Optional["SaslSession"] = None,
     ) -> None:
         self.processor_id = processor_id
         self.connection_id = connection_id
@@ -49,6 +54,8 @@ class Request:
         self.size = size
         self.received_at = time.monotonic()
         self.peer = peer
+        #: the connection's SASL session (SASL listeners only)
+        self.session = session
 
     @property
     def version(self) -> int:
@@ -64,7 +71,7 @@ class Request:
 class Response:
     """What a processor should do for a request: send ``data``, do nothing (``data`` None), or close."""
 
-    __slots__ = ("request", "data", "close", "send_at")
+    __slots__ = ("request", "data", "close", "send_at", "close_after_send")
 
     def __init__(
         self,
@@ -72,6 +79,7 @@ class Response:
         data: Optional[bytes],
         close: bool = False,
         send_at: float = 0.0,
+        close_after_send: bool = False,
     ) -> None:
         self.request = request
         #: the response frame without its size prefix; None for a no-op response
@@ -80,6 +88,8 @@ class Response:
         self.close = close
         #: time.monotonic() before which the response must not be sent (injected latency)
         self.send_at = send_at
+        #: send ``data``, then close the connection (a failed authentication)
+        self.close_after_send = close_after_send
 
 
 _STOP = object()

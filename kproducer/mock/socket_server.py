@@ -5,6 +5,8 @@
 * Each Processor thread runs a selector loop over its connections (see :mod:`kproducer.mock.processor`):
   requests go to the RequestChannel, a connection stays muted while its request is handled, hostile
   input closes only its own connection.
+* With a :class:`~kproducer.mock.security.ListenerSecurity` the listener serves TLS and/or SASL: the
+  processors wrap accepted sockets and give every connection its SASL session.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from .processor import POLL_TIMEOUT, Processor
 from .request_channel import RequestChannel
+from .security import ListenerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,8 @@ class Acceptor(threading.Thread):
         self._server = server
         self._processors = processors
         self._next = 0
+        #: connections accepted (only this thread writes it)
+        self.accepted = 0
         self._running = True
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -75,6 +80,7 @@ class Acceptor(threading.Thread):
                     return
                 log.debug("broker %d: accept failed: %s", self.broker_id, e)
                 return
+            self.accepted += 1
             processor = self._processors[self._next % len(self._processors)]
             self._next += 1
             processor.accept(sock, _peer(addr))
@@ -92,6 +98,7 @@ class SocketServer:
         served: Mapping[int, Tuple[int, int]],
         num_processors: int = 2,
         max_request_size: int = 100 * 1024 * 1024,
+        security: Optional[ListenerSecurity] = None,
     ) -> None:
         if num_processors < 1:
             raise ValueError("num_processors must be at least 1")
@@ -102,8 +109,11 @@ class SocketServer:
         self._served = served
         self._num_processors = num_processors
         self._max_request_size = max_request_size
+        #: None for a PLAINTEXT listener
+        self._security = security if security is not None and (security.tls or security.sasl) else None
         self.processors: List[Processor] = []
         self._acceptor: Optional[Acceptor] = None
+        self._accepted_before = 0
 
     def start(self) -> None:
         """Bind (the configured port, or a free one the first time) and start the threads."""
@@ -118,7 +128,7 @@ class SocketServer:
             raise
         self.port = server.getsockname()[1]
         self.processors = [
-            Processor(i, self.broker_id, self._channel, self._served, self._max_request_size)
+            Processor(i, self.broker_id, self._channel, self._served, self._max_request_size, self._security)
             for i in range(self._num_processors)
         ]
         for processor in self.processors:
@@ -127,9 +137,15 @@ class SocketServer:
         self._acceptor.start()
         log.debug("broker %d listening on %s:%d", self.broker_id, self.host, self.port)
 
+    @property
+    def accepted(self) -> int:
+        """Connections accepted since start()."""
+        return self._accepted_before + (self._acceptor.accepted if self._acceptor is not None else 0)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, close every connection and stop the threads."""
         if self._acceptor is not None:
+            self._accepted_before += self._acceptor.accepted
             self._acceptor.shutdown()
             self._acceptor.join(timeout)
             self._acceptor = None

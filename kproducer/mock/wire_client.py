@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -15,9 +16,18 @@ _SIZE = struct.Struct(">i")
 
 
 class WireClient:
-    def __init__(self, host: str, port: int, timeout: float = 5.0, client_id: Optional[str] = "wire-client") -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, host: str, port: int, timeout: float = 5.0, client_id: Optional[str] = "wire-client",
+                 ssl_context: Optional[ssl.SSLContext] = None, server_hostname: Optional[str] = None) -> None:
+        """``ssl_context``: speak TLS (a blocking handshake here; ``server_hostname`` defaults to ``host``)."""
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         self.client_id = client_id
         self._correlation = itertools.count(1)
 

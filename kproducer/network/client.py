@@ -1,5 +1,16 @@
 """NetworkClient: requests and responses over the Selector, per-connection ApiVersions negotiation,
-in-flight bookkeeping, request timeouts, reconnect backoff and metadata refresh.
+SASL authentication, in-flight bookkeeping, request timeouts, reconnect backoff and metadata refresh.
+
+A connection goes CONNECTING (TCP, then TLS in the Selector) -> CHECKING_API_VERSIONS ->
+AUTHENTICATING (SASL only: SaslHandshake + SaslAuthenticate, see :mod:`.sasl_authenticator`) -> READY.
+``socket.connection.setup.timeout.ms`` covers all of it. A READY connection whose SASL session has a
+lifetime (KIP-368) stops taking new requests shortly before it runs out, lets its in-flight requests
+finish, and re-authenticates on the same connection.
+
+Authentication failures (wrong credentials, a certificate that does not verify, TLS on one side only)
+are not retried in a loop: the connection backs off like any failed attempt, and the failure is handed
+to the producer (:meth:`NetworkClient.take_authentication_failures`) and to metadata waits, which fail
+at once with it.
 
 Used by one thread (the producer's sender thread); only :meth:`NetworkClient.wakeup` may be called from
 others.
@@ -13,12 +24,20 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..protocol import messages as m
-from ..protocol.errors import KafkaError, ProtocolError, UnsupportedVersionError, error_for_code
+from ..protocol.errors import (
+    AuthenticationError,
+    KafkaError,
+    ProtocolError,
+    UnsupportedVersionError,
+    error_for_code,
+)
 from ..protocol.messages.api_versions import decode_api_versions
 from ..protocol.schema import Api
+from .channel_security import PLAINTEXT, ChannelSecurity
 from .connection_states import ClusterConnectionStates, ConnectionState
 from .in_flight import InFlightRequests
 from .metadata import Metadata, Node
+from .sasl_authenticator import SaslAuthenticator, reauthentication_delay_ms
 from .selector import Selector
 
 log = logging.getLogger(__name__)
@@ -92,9 +111,11 @@ class NetworkClient:
         allow_auto_topic_creation: bool = True,
         software_version: str = "0",
         clock: Clock = SYSTEM_CLOCK,
+        security: ChannelSecurity = PLAINTEXT,
     ) -> None:
         self.metadata = metadata
-        self.selector = selector or Selector()
+        self.security = security
+        self.selector = selector or Selector(ssl_context=security.ssl_context)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
@@ -117,6 +138,12 @@ class NetworkClient:
         self._rng = random.Random()
         self._pending: List[ClientResponse] = []
         self._metadata_topics: Tuple[Optional[List[str]], bool] = (None, False)
+        self._authenticators: Dict[int, SaslAuthenticator] = {}
+        self._reauthenticate_at: Dict[int, float] = {}  # node -> when its SASL session must be renewed
+        self._reauthenticating: Dict[int, bool] = {}  # node -> waiting for its in-flight requests to finish
+        self._auth_failures: Dict[int, AuthenticationError] = {}  # not yet taken by the producer
+        #: "host:port" -> why the last connection to it failed (for error messages that explain timeouts)
+        self.last_errors: Dict[str, str] = {}
         self.closed = False
 
     # -- connection readiness ------------------------------------------------------------------
@@ -147,6 +174,16 @@ class NetworkClient:
 
     def is_connection_failed(self, node_id: int) -> bool:
         return self.states.state(node_id) == ConnectionState.DISCONNECTED and self.states.failures(node_id) > 0
+
+    def describe_connection_errors(self) -> str:
+        """The last connection failure per broker, for error messages ("" when there was none)."""
+        errors = dict(self.last_errors)
+        return "; ".join(f"{addr}: {why}" for addr, why in sorted(errors.items()))
+
+    def take_authentication_failures(self) -> Dict[int, AuthenticationError]:
+        """Authentication failures since the last call, by node (for the producer to fail what waits)."""
+        failures, self._auth_failures = self._auth_failures, {}
+        return failures
 
     def _initiate_connect(self, node_id: int, now_ms: float) -> None:
         node = self._node(node_id)
@@ -247,6 +284,8 @@ class NetworkClient:
         # responses completed outside poll (requests to a node we disconnected) come first
         responses, self._pending = self._pending, []
         timeout = 0.0 if responses else min(timeout_ms, metadata_timeout, self.request_timeout_ms)
+        if self._reauthenticate_at:
+            timeout = min(timeout, max(0.0, min(self._reauthenticate_at.values()) - now_ms))
         self.selector.poll(max(0.0, timeout))
         now_ms = self.clock.monotonic_ms()
         self._handle_completed_sends(responses, now_ms)
@@ -255,6 +294,8 @@ class NetworkClient:
         self._handle_connections(now_ms)
         self._handle_timed_out_connections(responses, now_ms)
         self._handle_timed_out_requests(responses, now_ms)
+        if self._reauthenticate_at:
+            self._maybe_reauthenticate(now_ms)
         if now_ms >= self._next_idle_check:
             self._close_idle_connections(now_ms)
         for r in responses:
@@ -309,6 +350,14 @@ class NetworkClient:
                 else:
                     body = req.api.decode_response(req.version, frame, pos)
             except ProtocolError as e:
+                if req.api is m.API_VERSIONS and req.version > 0:
+                    # an older broker that cannot read our ApiVersions version may answer in a shape we
+                    # cannot parse either: the frame boundary is intact, so ask again with v0 (as Java does)
+                    log.info("node %s: unreadable answer to ApiVersions v%s (%s); retrying with v0",
+                             node_id, req.version, e)
+                    self.in_flight.complete_oldest(node_id)
+                    self._send_api_versions(node_id, 0, now_ms)
+                    continue
                 self._protocol_failure(node_id, str(e), responses, now_ms)
                 continue
             self.in_flight.complete_oldest(node_id)
@@ -325,16 +374,38 @@ class NetworkClient:
     def _handle_disconnections(self, responses: List[ClientResponse], now_ms: float) -> None:
         if not self.selector.disconnected:
             return
+        failures = self.selector.failures
         for node_id, reason in list(self.selector.disconnected.items()):
             log.info("disconnected from node %s: %s", node_id, reason)
             self._process_disconnection(node_id, responses, now_ms, timed_out=False, reason=reason)
+            failure = failures.get(node_id)
+            if failure is not None:
+                self._record_authentication_failure(node_id, failure)
         self.selector.disconnected = {}
+        self.selector.failures = {}
         self.metadata.request_update()
+
+    def _record_authentication_failure(self, node_id: int, error: AuthenticationError) -> None:
+        self._auth_failures[node_id] = error
+        self.metadata.authentication_failed(error)
+
+    def _fail_authentication(self, node_id: int, error: AuthenticationError, now_ms: float) -> None:
+        """Close a connection whose authentication failed; not retried before the reconnect backoff."""
+        log.error("authentication with node %s failed: %s", node_id, error)
+        self.selector.close(node_id, str(error))
+        self._process_disconnection(node_id, self._pending, now_ms, timed_out=False, reason=str(error))
+        self._record_authentication_failure(node_id, error)
 
     def _process_disconnection(self, node_id: int, responses: List[ClientResponse], now_ms: float,
                                timed_out: bool, reason: str) -> None:
         self.states.disconnected(node_id, now_ms)
+        addr = self._node_addresses.get(node_id)
+        if addr is not None and reason not in ("closed by client", "idle"):
+            self.last_errors[f"{addr[0]}:{addr[1]}"] = reason
         self._api_versions.pop(node_id, None)
+        self._authenticators.pop(node_id, None)
+        self._reauthenticate_at.pop(node_id, None)
+        self._reauthenticating.pop(node_id, None)
         self._unwritten.pop(node_id, None)
         self._unanswered_ids.pop(node_id, None)
         self._connect_started.pop(node_id, None)
@@ -351,7 +422,6 @@ class NetworkClient:
 
     def _handle_connections(self, now_ms: float) -> None:
         for node_id in self.selector.connected:
-            self._connect_started.pop(node_id, None)
             log.debug("connected to node %s; negotiating API versions", node_id)
             self.states.checking_api_versions(node_id)
             self._send_api_versions(node_id, m.API_VERSIONS.max_version, now_ms)
@@ -370,6 +440,8 @@ class NetworkClient:
             self._handle_api_versions(req, body, now_ms)
         elif req.api is m.METADATA:
             self._handle_metadata(req, body, now_ms)
+        elif req.api is m.SASL_HANDSHAKE or req.api is m.SASL_AUTHENTICATE:
+            self._handle_sasl_response(req, body, now_ms)
 
     def _handle_api_versions(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
         node_id = req.node_id
@@ -390,8 +462,76 @@ class NetworkClient:
             self._process_disconnection(node_id, self._pending, now_ms, timed_out=False, reason=why)
             return
         self._api_versions[node_id] = versions
+        if self.security.sasl_mechanism is not None:
+            self._start_authentication(node_id, now_ms)
+            return
+        self._set_ready(node_id)
+
+    def _set_ready(self, node_id: int) -> None:
+        self._connect_started.pop(node_id, None)
         self.states.ready(node_id)
+        self.metadata.authentication_succeeded()
+        addr = self._node_addresses.get(node_id)
+        if addr is not None:
+            self.last_errors.pop(f"{addr[0]}:{addr[1]}", None)
         log.debug("node %s ready", node_id)
+
+    # -- SASL --------------------------------------------------------------------------------------
+
+    def _start_authentication(self, node_id: int, now_ms: float) -> None:
+        sec = self.security
+        assert sec.sasl_mechanism is not None and sec.sasl_client_factory is not None
+        host, port = self._node_addresses.get(node_id, ("?", 0))
+        auth = SaslAuthenticator(sec.sasl_mechanism, sec.sasl_client_factory, host, f"{host}:{port}",
+                                 self._api_versions.get(node_id, {}))
+        self.states.authenticating(node_id)
+        self._authenticators[node_id] = auth
+        self._send_sasl(node_id, auth, auth.first_request(), now_ms)
+
+    def _send_sasl(self, node_id: int, auth: SaslAuthenticator,
+                   request: Optional[Tuple[Api, int, Dict[str, Any]]], now_ms: float) -> None:
+        if request is None:
+            self._authenticators.pop(node_id, None)
+            if auth.error is not None:
+                self._fail_authentication(node_id, auth.error, now_ms)
+                return
+            self._authenticated(node_id, auth, now_ms)
+            return
+        api, version, body = request
+        req = ClientRequest(node_id, api, body, None, now_ms, self.request_timeout_ms, version=version)
+        req.internal = True
+        self.send(req, now_ms)
+
+    def _handle_sasl_response(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
+        auth = self._authenticators.get(req.node_id)
+        if auth is None:
+            return  # the connection was closed meanwhile
+        self._send_sasl(req.node_id, auth, auth.on_response(req.api, body), now_ms)
+
+    def _authenticated(self, node_id: int, auth: SaslAuthenticator, now_ms: float) -> None:
+        log.debug("node %s: SASL %s authentication done (session lifetime %s ms)", node_id, auth.mechanism,
+                  auth.session_lifetime_ms or "unlimited")
+        delay = reauthentication_delay_ms(auth.session_lifetime_ms, self._rng)
+        if delay is not None:
+            self._reauthenticate_at[node_id] = now_ms + delay
+        self._reauthenticating.pop(node_id, None)
+        self._set_ready(node_id)
+
+    def _maybe_reauthenticate(self, now_ms: float) -> None:
+        """KIP-368: renew SASL sessions before they expire, on the same connection, between requests."""
+        for node_id, due in list(self._reauthenticate_at.items()):
+            if now_ms < due:
+                continue
+            if not self._reauthenticating.get(node_id):
+                if not self.states.is_ready(node_id):
+                    continue
+                # no new requests on this connection until it is re-authenticated
+                log.debug("node %s: SASL session is about to expire; re-authenticating", node_id)
+                self._reauthenticating[node_id] = True
+                self.states.authenticating(node_id)
+            if self.in_flight.count(node_id) == 0:
+                del self._reauthenticate_at[node_id]
+                self._start_authentication(node_id, now_ms)
 
     # -- metadata ----------------------------------------------------------------------------------
 
@@ -445,10 +585,15 @@ class NetworkClient:
     def _handle_timed_out_connections(self, responses: List[ClientResponse], now_ms: float) -> None:
         for node_id, started in list(self._connect_started.items()):
             if now_ms - started >= self.connection_setup_timeout_ms:
-                why = f"connection setup timed out after {self.connection_setup_timeout_ms:.0f} ms"
-                log.warning("node %s: %s", node_id, why)
+                why = (f"connection setup timed out after {self.connection_setup_timeout_ms:.0f} ms "
+                       f"(socket.connection.setup.timeout.ms) while {self.states.state(node_id)}")
+                fatal = self.selector.setup_timeout_error(node_id)
+                log.warning("node %s: %s", node_id, fatal or why)
                 self.selector.close(node_id, why)
-                self._process_disconnection(node_id, responses, now_ms, timed_out=True, reason=why)
+                self._process_disconnection(node_id, responses, now_ms, timed_out=True,
+                                            reason=str(fatal) if fatal is not None else why)
+                if fatal is not None:
+                    self._record_authentication_failure(node_id, fatal)
                 self.metadata.request_update()
 
     def _close_idle_connections(self, now_ms: float) -> None:

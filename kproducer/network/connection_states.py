@@ -10,7 +10,11 @@ class ConnectionState:
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"
     CHECKING_API_VERSIONS = "checking_api_versions"
+    AUTHENTICATING = "authenticating"  # SASL, after ApiVersions (also re-authentication, KIP-368)
     READY = "ready"
+
+
+_SETTING_UP = (ConnectionState.CONNECTING, ConnectionState.CHECKING_API_VERSIONS, ConnectionState.AUTHENTICATING)
 
 
 class _NodeState:
@@ -73,6 +77,9 @@ class ClusterConnectionStates:
     def checking_api_versions(self, node_id: int) -> None:
         self._nodes[node_id].state = ConnectionState.CHECKING_API_VERSIONS
 
+    def authenticating(self, node_id: int) -> None:
+        self._nodes[node_id].state = ConnectionState.AUTHENTICATING
+
     def ready(self, node_id: int) -> None:
         n = self._nodes[node_id]
         n.state = ConnectionState.READY
@@ -83,7 +90,7 @@ class ClusterConnectionStates:
         n = self._nodes.get(node_id)
         if n is None:
             return
-        if n.state in (ConnectionState.CONNECTING, ConnectionState.CHECKING_API_VERSIONS):
+        if n.state in _SETTING_UP:
             # a failed attempt: back off longer each time
             n.backoff_ms = self._backoff.backoff(n.failures)
             n.failures += 1
@@ -96,9 +103,13 @@ class ClusterConnectionStates:
         n = self._nodes.get(node_id)
         return n is not None and n.state == ConnectionState.READY
 
+    def any_ready(self) -> bool:
+        """Whether some connection is READY (safe to call from another thread: reads a snapshot)."""
+        return any(n.state == ConnectionState.READY for n in list(self._nodes.values()))
+
     def is_connecting(self, node_id: int) -> bool:
         n = self._nodes.get(node_id)
-        return n is not None and n.state in (ConnectionState.CONNECTING, ConnectionState.CHECKING_API_VERSIONS)
+        return n is not None and n.state in _SETTING_UP
 
     def failures(self, node_id: int) -> int:
         n = self._nodes.get(node_id)

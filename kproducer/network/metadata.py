@@ -114,6 +114,10 @@ class Metadata:
         self.last_successful_refresh_ms = 0.0
         self.version = 0
         self._fatal: Optional[KafkaError] = None
+        # the latest authentication failure and a counter of them: a waiter fails with a failure that
+        # happened while it waited (Java's Metadata.fatalError, without losing it to a concurrent waiter)
+        self._auth_error: Optional[KafkaError] = None
+        self.auth_failures = 0
         self._topic_exceptions: Dict[str, KafkaError] = {}
         self.closed = False
 
@@ -241,16 +245,39 @@ class Metadata:
                 self._fatal = error
             self._lock.notify_all()
 
+    def authentication_failed(self, error: KafkaError) -> None:
+        """A broker refused our credentials or TLS settings: wake the waiters, who raise ``error``."""
+        with self._lock:
+            self._auth_error = error
+            self.auth_failures += 1
+            self._lock.notify_all()
+
+    def authentication_succeeded(self) -> None:
+        """A connection was set up (and authenticated): the last failure is no longer current."""
+        if self._auth_error is not None:
+            with self._lock:
+                self._auth_error = None
+
+    def current_authentication_error(self) -> Optional[KafkaError]:
+        """The latest authentication failure, unless a connection was set up since (None then)."""
+        return self._auth_error
+
+    def authentication_error_since(self, count: int) -> Optional[KafkaError]:
+        """The latest authentication failure if there was one after :attr:`auth_failures` was ``count``."""
+        return self._auth_error if self.auth_failures > count else None
+
     def topic_exception(self, topic: str) -> Optional[KafkaError]:
         return self._topic_exceptions.get(topic) or self._fatal
 
     # -- waiting ---------------------------------------------------------------------------------
 
-    def await_update(self, last_version: int, timeout_ms: float) -> bool:
-        """Block until the version moves past ``last_version``; False on timeout."""
+    def await_update(self, last_version: int, timeout_ms: float, auth_failures: Optional[int] = None) -> bool:
+        """Block until the version moves past ``last_version`` (or, when ``auth_failures`` is given, an
+        authentication failure happens after that count); False on timeout."""
         deadline = self.clock.monotonic_ms() + timeout_ms
         with self._lock:
-            while self.version <= last_version and not self.closed:
+            while self.version <= last_version and not self.closed and \
+                    (auth_failures is None or self.auth_failures <= auth_failures):
                 remaining = deadline - self.clock.monotonic_ms()
                 if remaining <= 0:
                     return False

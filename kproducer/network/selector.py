@@ -3,6 +3,13 @@
 Each frame is a 4-byte big-endian length followed by that many payload bytes, however TCP splits or
 joins them. One :class:`Selector.poll` call connects, writes and reads whatever the sockets allow and
 reports what completed: connections, sent frames, received frames and disconnections.
+
+With an ``ssl_context`` every connection is TLS: after the TCP connect the channel runs the TLS
+handshake, driven by the same poll loop (never a blocking handshake), and is reported as connected only
+once the handshake is done. A failure that retrying with the same settings cannot fix (the broker's
+certificate does not verify, or one side speaks TLS and the other does not) is reported in
+:attr:`Selector.failures` as well as :attr:`Selector.disconnected`, with an
+:class:`~kproducer.errors.AuthenticationError` that names the broker and the reason.
 """
 from __future__ import annotations
 
@@ -10,9 +17,12 @@ import errno
 import logging
 import selectors
 import socket
+import ssl
 import struct
 from collections import deque
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple, Union
+
+from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +33,17 @@ NodeId = int
 
 
 class ChannelState:
-    CONNECTING = "connecting"
+    CONNECTING = "connecting"  # TCP connect in progress
+    HANDSHAKING = "handshaking"  # TLS handshake in progress
     CONNECTED = "connected"
     CLOSED = "closed"
+
+
+Sock = Union[socket.socket, ssl.SSLSocket]
+# the first bytes of a TLS record (handshake 0x16 or alert 0x15, then major version 3): what a TLS
+# listener answers to a plaintext Kafka request, and never the start of a Kafka response frame that
+# we accept (that would be a frame of over 350 MB)
+_TLS_RECORD_TYPES = (0x15, 0x16)
 
 
 class FrameError(Exception):
@@ -79,11 +97,11 @@ class KafkaChannel:
     """One connection: socket, outgoing frame queue, incoming frame reassembly."""
 
     __slots__ = ("node_id", "sock", "state", "address", "sends", "current", "frames_written",
-                 "reader", "registered_events")
+                 "reader", "registered_events", "tls", "handshake_events", "received_any")
 
-    def __init__(self, node_id: NodeId, sock: socket.socket, address: Tuple[str, int], max_receive: int) -> None:
+    def __init__(self, node_id: NodeId, sock: Sock, address: Tuple[str, int], max_receive: int) -> None:
         self.node_id = node_id
-        self.sock = sock
+        self.sock: Sock = sock
         self.address = address
         self.state = ChannelState.CONNECTING
         self.sends: Deque[memoryview] = deque()
@@ -91,6 +109,13 @@ class KafkaChannel:
         self.frames_written = 0
         self.reader = FrameReader(max_receive)
         self.registered_events = 0
+        self.tls = False
+        self.handshake_events = selectors.EVENT_READ  # what the TLS handshake waits for
+        self.received_any = False
+
+    @property
+    def peer(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}"
 
     def has_pending_writes(self) -> bool:
         return self.current is not None or bool(self.sends)
@@ -104,10 +129,16 @@ class Selector:
         max_receive_size: int = 100 * 1024 * 1024,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         self.max_receive_size = max_receive_size
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
+        self.ssl_context = ssl_context
+        # until one broker has answered (a TLS handshake done, or a plaintext answer), a peer that closes
+        # during the TLS handshake (or before answering a plaintext request) most likely speaks the other
+        # protocol: say so, and fail fast
+        self._peer_answered = False
         self._sel = selectors.DefaultSelector()
         self._channels: Dict[NodeId, KafkaChannel] = {}
         self._wake_r, self._wake_w = socket.socketpair()
@@ -121,6 +152,8 @@ class Selector:
         self.completed_sends: List[NodeId] = []
         self.completed_receives: List[Tuple[NodeId, bytes]] = []
         self.disconnected: Dict[NodeId, str] = {}
+        #: connections that failed for a reason retrying cannot fix (TLS verification, protocol mismatch)
+        self.failures: Dict[NodeId, AuthenticationError] = {}
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -160,6 +193,17 @@ class Selector:
         ch = self._channels.get(node_id)
         return ch is not None and ch.state == ChannelState.CONNECTED
 
+    def setup_timeout_error(self, node_id: NodeId) -> Optional[AuthenticationError]:
+        """Why a connection whose setup timed out most likely failed, when retrying cannot help: a TLS
+        handshake that got no answer at all from a broker never reached before (a plaintext listener
+        waiting for the rest of what it took for a huge request). None when the timeout says nothing."""
+        ch = self._channels.get(node_id)
+        if ch is None or ch.state != ChannelState.HANDSHAKING or self._peer_answered or ch.received_any:
+            return None
+        return SecurityProtocolMismatchError(
+            f"broker {ch.peer} (node {ch.node_id}) never answered the TLS handshake: its listener is probably "
+            "PLAINTEXT or SASL_PLAINTEXT; check security.protocol")
+
     def has_channel(self, node_id: NodeId) -> bool:
         return node_id in self._channels
 
@@ -180,6 +224,12 @@ class Selector:
             self._wake_r.close()
             self._wake_w.close()
             self._sel.close()
+
+    def _fail_channel(self, ch: KafkaChannel, error: AuthenticationError) -> None:
+        """Close a connection for a reason that retrying with the same settings cannot fix."""
+        log.error("connection to node %s (%s) failed: %s", ch.node_id, ch.peer, error)
+        self._close_channel(ch, str(error))
+        self.failures[ch.node_id] = error
 
     def _close_channel(self, ch: KafkaChannel, reason: str, report: bool = True) -> None:
         if ch.state == ChannelState.CLOSED:
@@ -222,6 +272,8 @@ class Selector:
     def _update_interest(self, ch: KafkaChannel) -> None:
         if ch.state == ChannelState.CONNECTING:
             events = selectors.EVENT_WRITE
+        elif ch.state == ChannelState.HANDSHAKING:
+            events = ch.handshake_events
         else:
             events = selectors.EVENT_READ
             if ch.has_pending_writes():
@@ -244,7 +296,7 @@ class Selector:
                 cur = ch.current = ch.sends.popleft()
             try:
                 n = sock.send(cur)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
             except OSError as e:
                 self._close_channel(ch, f"write failed: {e}")
@@ -253,22 +305,45 @@ class Selector:
                 ch.current = cur[n:]
                 break
             ch.current = None
+            ch.frames_written += 1
             self.completed_sends.append(ch.node_id)
         self._update_interest(ch)
 
     def _read(self, ch: KafkaChannel) -> None:
         sock = ch.sock
+        tls = ch.tls
         while True:
             try:
                 data = sock.recv(_READ_CHUNK)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except ssl.SSLZeroReturnError:
+                data = b""
+            except ssl.SSLError as e:
+                # TLS 1.3: a broker that refuses our certificate says so after the handshake, in an alert
+                if not ch.received_any:
+                    self._fail_channel(ch, SslAuthenticationError(
+                        f"TLS connection to broker {ch.peer} (node {ch.node_id}) failed: {_ssl_reason(e)}"))
+                else:
+                    self._close_channel(ch, f"TLS read failed: {_ssl_reason(e)}")
+                return
+            except ConnectionResetError as e:
+                self._closed_by_peer(ch, f"read failed: {e}")
                 return
             except OSError as e:
                 self._close_channel(ch, f"read failed: {e}")
                 return
             if not data:
-                self._close_channel(ch, "connection closed by the broker")
+                self._closed_by_peer(ch, "connection closed by the broker")
                 return
+            if not ch.received_any:
+                ch.received_any = True
+                self._peer_answered = True
+                if not tls and len(data) >= 2 and data[0] in _TLS_RECORD_TYPES and data[1] == 3:
+                    self._fail_channel(ch, SecurityProtocolMismatchError(
+                        f"broker {ch.peer} (node {ch.node_id}) answered with TLS, but security.protocol is "
+                        "not SSL or SASL_SSL: set security.protocol=SSL (or SASL_SSL) and the ssl.* settings"))
+                    return
             try:
                 frames = ch.reader.feed(data)
             except FrameError as e:
@@ -276,8 +351,21 @@ class Selector:
                 return
             for frame in frames:
                 self.completed_receives.append((ch.node_id, frame))
-            if len(data) < _READ_CHUNK:
+            # TLS decrypts a record at a time and buffers the rest where the selector cannot see it: read
+            # until the socket says it would block
+            if not tls and len(data) < _READ_CHUNK:
                 return
+
+    def _closed_by_peer(self, ch: KafkaChannel, reason: str) -> None:
+        if not ch.received_any and not ch.tls and not self._peer_answered and ch.frames_written:
+            # the first request to the first broker got no answer but a close: the usual sign of a TLS
+            # listener (it cannot parse our plaintext request as a TLS handshake and drops the connection)
+            self._fail_channel(ch, SecurityProtocolMismatchError(
+                f"broker {ch.peer} (node {ch.node_id}) closed the connection without answering the first "
+                "request: if its listener expects TLS, set security.protocol=SSL (or SASL_SSL); otherwise "
+                "check that this is a Kafka broker's address"))
+        else:
+            self._close_channel(ch, reason)
 
     def _finish_connect(self, ch: KafkaChannel) -> None:
         err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -286,9 +374,81 @@ class Selector:
                 ch, f"connect to {ch.address[0]}:{ch.address[1]} failed: {errno.errorcode.get(err, err)}"
             )
             return
+        if self.ssl_context is not None:
+            self._start_tls(ch)
+            return
+        self._set_connected(ch)
+
+    def _set_connected(self, ch: KafkaChannel) -> None:
         ch.state = ChannelState.CONNECTED
+        if ch.tls:
+            self._peer_answered = True
         self.connected.append(ch.node_id)
         self._update_interest(ch)
+
+    # -- TLS -----------------------------------------------------------------------------------------
+
+    def _start_tls(self, ch: KafkaChannel) -> None:
+        assert self.ssl_context is not None
+        if ch.registered_events:
+            # the wrapped socket takes over the file descriptor: register it anew
+            self._sel.unregister(ch.sock)
+            ch.registered_events = 0
+        try:
+            ch.sock = self.ssl_context.wrap_socket(ch.sock, server_side=False, do_handshake_on_connect=False,
+                                                   server_hostname=ch.address[0])
+        except (ssl.SSLError, ValueError, OSError) as e:
+            self._fail_channel(ch, SslAuthenticationError(
+                f"cannot start TLS with broker {ch.peer} (node {ch.node_id}): {e}"))
+            return
+        ch.tls = True
+        ch.state = ChannelState.HANDSHAKING
+        self._handshake(ch)
+
+    def _handshake(self, ch: KafkaChannel) -> None:
+        sock = ch.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            ch.handshake_events = selectors.EVENT_READ
+            self._update_interest(ch)
+            return
+        except ssl.SSLWantWriteError:
+            ch.handshake_events = selectors.EVENT_WRITE
+            self._update_interest(ch)
+            return
+        except ssl.SSLCertVerificationError as e:
+            self._fail_channel(ch, SslAuthenticationError(
+                f"TLS handshake with broker {ch.peer} (node {ch.node_id}) failed: its certificate did not "
+                f"verify ({_ssl_reason(e)}; check ssl.truststore.* / ssl.ca.location, and "
+                "that the broker's certificate names the host in bootstrap.servers)"))
+            return
+        except (ssl.SSLEOFError, ConnectionError) as e:
+            if not self._peer_answered:
+                self._fail_channel(ch, SecurityProtocolMismatchError(
+                    f"broker {ch.peer} (node {ch.node_id}) closed the connection during the TLS handshake "
+                    f"({_ssl_reason(e)}): if its listener is PLAINTEXT or SASL_PLAINTEXT, set security.protocol "
+                    "accordingly; otherwise the broker refused this client's TLS settings"))
+            else:
+                self._close_channel(ch, f"connection closed during the TLS handshake: {_ssl_reason(e)}")
+            return
+        except ssl.SSLError as e:
+            reason = _ssl_reason(e)
+            if "WRONG_VERSION_NUMBER" in reason.upper().replace(" ", "_") or "RECORD_LAYER" in reason.upper():
+                self._fail_channel(ch, SecurityProtocolMismatchError(
+                    f"broker {ch.peer} (node {ch.node_id}) did not answer the TLS handshake with TLS "
+                    f"({reason}): its listener is probably PLAINTEXT or SASL_PLAINTEXT; check security.protocol"))
+            else:
+                self._fail_channel(ch, SslAuthenticationError(
+                    f"TLS handshake with broker {ch.peer} (node {ch.node_id}) failed: {reason}"))
+            return
+        except OSError as e:
+            self._close_channel(ch, f"TLS handshake failed: {e}")
+            return
+        log.debug("node %s (%s): TLS handshake done (%s, %s)", ch.node_id, ch.peer, sock.version(),
+                  (sock.cipher() or ("?",))[0])
+        self._set_connected(ch)
 
     # -- polling -------------------------------------------------------------------------------
 
@@ -308,6 +468,7 @@ class Selector:
         self.completed_sends = []
         self.completed_receives = []
         self.disconnected = {}
+        self.failures = {}
 
     def poll(self, timeout_ms: float) -> None:
         """Wait up to ``timeout_ms`` for I/O and do it. Results replace the previous poll's.
@@ -316,10 +477,12 @@ class Selector:
         """
         # connect() and send() may have completed things since the last poll: keep them
         connected, disconnected, sent = self.connected, self.disconnected, self.completed_sends
+        failures = self.failures
         self.clear_results()
         self.connected = connected
         self.disconnected = disconnected
         self.completed_sends = sent
+        self.failures = failures
         if self._closed:
             return
         timeout = max(0.0, timeout_ms) / 1000.0
@@ -345,6 +508,11 @@ class Selector:
                 if ch.state != ChannelState.CONNECTED:
                     continue
                 mask = selectors.EVENT_WRITE if ch.has_pending_writes() else 0
+            elif ch.state == ChannelState.HANDSHAKING:
+                self._handshake(ch)
+                if ch.state != ChannelState.CONNECTED:
+                    continue
+                mask = selectors.EVENT_WRITE if ch.has_pending_writes() else 0
             if mask & selectors.EVENT_READ:
                 self._read(ch)
                 if ch.state == ChannelState.CLOSED:
@@ -354,3 +522,15 @@ class Selector:
 
     def channel_ids(self) -> List[NodeId]:
         return list(self._channels)
+
+
+def _ssl_reason(e: BaseException) -> str:
+    """OpenSSL's reason for a TLS failure, in words ("certificate verify failed: unable to get local
+    issuer certificate", "wrong version number", ...)."""
+    if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
+        return f"certificate verify failed: {e.verify_message}"
+    reason = getattr(e, "reason", None)
+    text = str(e)
+    if reason and reason not in text:
+        return f"{reason}: {text}"
+    return text or type(e).__name__

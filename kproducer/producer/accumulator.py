@@ -454,11 +454,15 @@ class RecordAccumulator:
     def closed(self) -> bool:
         return self._closed
 
-    def abort_undrained_batches(self, error: BaseException) -> List[ProducerBatch]:
-        """Fail every batch still queued (not in flight) with ``error``; returns them."""
+    def abort_undrained_batches(self, error: BaseException,
+                                partitions: Optional[Set[TopicPartition]] = None) -> List[ProducerBatch]:
+        """Fail every batch still queued (not in flight) with ``error``, or only those of ``partitions``;
+        returns them."""
         aborted: List[ProducerBatch] = []
         with self._lock:
-            for dq in self._batches.values():
+            for tp, dq in self._batches.items():
+                if partitions is not None and tp not in partitions:
+                    continue
                 while dq:
                     b = dq.popleft()
                     b.close_for_appends()

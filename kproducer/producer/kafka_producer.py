@@ -23,6 +23,7 @@ from ..network.client import NetworkClient
 from ..network.metadata import Metadata, PartitionInfo
 from ..network.selector import Selector
 from ..protocol.records import RecordBatchBuilder
+from ..security import channel_security
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
 from .future import BatchSendFuture, Callback, FutureRecordMetadata
@@ -113,8 +114,9 @@ class Producer:
             cfg.batch_size, cfg.linger_ms, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms,
             cfg.delivery_timeout_ms, self._pool, cfg.compression_type, cfg.compression_level, clk, self._txn,
         )
+        security = channel_security(cfg)
         selector = Selector(max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes,
-                            cfg.receive_buffer_bytes)
+                            cfg.receive_buffer_bytes, ssl_context=security.ssl_context)
         self._client = NetworkClient(
             self._metadata, selector, client_id=self.client_id,
             max_in_flight=cfg.max_in_flight_requests_per_connection, request_timeout_ms=cfg.request_timeout_ms,
@@ -122,6 +124,7 @@ class Producer:
             connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             allow_auto_topic_creation=cfg.allow_auto_create_topics, software_version=__version__, clock=clk,
+            security=security,
         )
         self._sender = Sender(
             self._client, self._metadata, self._accumulator, acks=cfg.acks, retries=cfg.retries,
@@ -393,7 +396,11 @@ class Producer:
         md.add_topic(topic)
         clock = self._clock
         deadline = clock.monotonic_ms() + max_wait_ms
+        auth_failures = md.auth_failures
         while True:
+            auth_error = md.authentication_error_since(auth_failures)
+            if auth_error is not None:
+                raise auth_error
             cluster = md.cluster
             count = cluster.partition_counts.get(topic)
             if count is not None and (partition is None or partition < count):
@@ -411,12 +418,14 @@ class Producer:
                     raise KafkaTimeoutError(
                         f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
                         f"in metadata after {max_wait_ms:.0f} ms (max.block.ms)")
+                errors = self._client.describe_connection_errors()
                 raise KafkaTimeoutError(
                     f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): it may "
-                    "not exist (and auto-creation is off), or no broker is reachable")
+                    "not exist (and auto-creation is off), or no broker is reachable"
+                    + (f"; last connection errors: {errors}" if errors else ""))
             version = md.request_update_for_topic(topic)
             self._sender.wakeup()
-            md.await_update(version, remaining)
+            md.await_update(version, remaining, auth_failures)
 
     # -- flush / close ---------------------------------------------------------------------------
 
@@ -426,6 +435,7 @@ class Producer:
         if threading.current_thread() is self._sender:
             raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
         acc = self._accumulator
+        auth_failures = self._sender.authentication_failures
         acc.begin_flush()
         try:
             self._sender.wakeup()
@@ -433,6 +443,15 @@ class Producer:
                 raise KafkaTimeoutError(f"flush() timed out after {timeout} s with records still unacknowledged")
         finally:
             acc.end_flush()
+        # records that could not be delivered because a broker refused our credentials or TLS settings
+        # failed with that error: say so here too, as a misconfiguration is not a per-record problem;
+        # likewise when no broker can be reached at all because of it (records may have failed earlier)
+        auth_error = self._sender.last_authentication_error
+        if self._sender.authentication_failures != auth_failures and auth_error is not None:
+            raise auth_error
+        current = self._metadata.current_authentication_error()
+        if current is not None and not self._client.states.any_ready():
+            raise current
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued (waiting up to ``timeout`` seconds, forever when None), then stop. Records

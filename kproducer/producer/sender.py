@@ -69,6 +69,9 @@ class Sender(threading.Thread):
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
         self.fatal_error: Optional[BaseException] = None
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
+        #: how many times queued batches were failed because a broker refused our credentials, and why
+        self.authentication_failures = 0
+        self.last_authentication_error: Optional[KafkaError] = None
 
     # -- thread ----------------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Sender(threading.Thread):
     # -- one iteration ---------------------------------------------------------------------------
 
     def run_once(self) -> None:
+        self._fail_batches_on_authentication_failure()
         txn = self.txn
         if txn is not None:
             if self._maybe_handle_producer_id():
@@ -151,6 +155,26 @@ class Sender(threading.Thread):
         if txn.needs_producer_id():
             return self._send_init_producer_id()
         return False
+
+    def _fail_batches_on_authentication_failure(self) -> None:
+        """A broker refused our credentials or TLS settings: its queued batches cannot be delivered with
+        these settings, so fail them now rather than at delivery.timeout.ms (every batch, while the
+        idempotent producer still waits for a producer id)."""
+        failures = self.client.take_authentication_failures()
+        if not failures:
+            return
+        error = next(iter(failures.values()))
+        txn = self.txn
+        if txn is not None and not txn.is_transactional and not txn.has_producer_id():
+            aborted = self.accumulator.abort_undrained_batches(error)
+        else:
+            cluster = self.metadata.cluster
+            partitions = {tp for node in failures for tp in cluster.partitions_for_node(node)}
+            aborted = self.accumulator.abort_undrained_batches(error, partitions) if partitions else []
+        if aborted:
+            self.authentication_failures += 1
+            self.last_authentication_error = error
+            log.error("failed %d queued batches: %s", len(aborted), error)
 
     def _has_in_flight_produce(self) -> bool:
         return any(self._in_flight_batches.values())

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_KNOWN_ERROR_CODE",
     "KafkaError",
     "ProtocolError",
+    "AuthenticationError",
     "BrokerResponseError",
     "UnknownKafkaError",
     "error_for_code",
@@ -756,6 +757,18 @@ class ProtocolError(KafkaError):
     default_message = "Malformed or unexpected Kafka protocol data."
 
 
+class AuthenticationError(KafkaError):
+    """The client could not authenticate to a broker (Java's AuthenticationException): wrong
+    credentials, a mechanism the broker does not enable, or a TLS certificate that does not verify.
+
+    Not retriable: the same settings will fail again, so waits in progress (``send().get()``,
+    ``flush()``, metadata) fail with it instead of retrying until their time limit.
+    """
+
+    name = "AUTHENTICATION_FAILED"
+    default_message = "Authentication to the broker failed: check the security settings."
+
+
 class BrokerResponseError(KafkaError):
     """An error code returned by a broker in a response.
 
@@ -951,11 +964,11 @@ class InvalidTimestampError(BrokerResponseError, code=32):
     """INVALID_TIMESTAMP (code 32, not retriable)."""
 
 
-class UnsupportedSaslMechanismError(BrokerResponseError, code=33):
+class UnsupportedSaslMechanismError(BrokerResponseError, AuthenticationError, code=33):
     """UNSUPPORTED_SASL_MECHANISM (code 33, not retriable)."""
 
 
-class IllegalSaslStateError(BrokerResponseError, code=34):
+class IllegalSaslStateError(BrokerResponseError, AuthenticationError, code=34):
     """ILLEGAL_SASL_STATE (code 34, not retriable)."""
 
 
@@ -1051,7 +1064,7 @@ class LogDirNotFoundError(BrokerResponseError, code=57):
     """LOG_DIR_NOT_FOUND (code 57, not retriable)."""
 
 
-class SaslAuthenticationFailedError(BrokerResponseError, code=58):
+class SaslAuthenticationFailedError(BrokerResponseError, AuthenticationError, code=58):
     """SASL_AUTHENTICATION_FAILED (code 58, not retriable)."""
 
 

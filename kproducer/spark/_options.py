@@ -5,7 +5,7 @@ import difflib
 import logging
 from typing import Dict, Mapping, NamedTuple, Optional
 
-from ..config import SETTINGS, ProducerConfig, canonical_name
+from ..config import HIDDEN, SETTINGS, ProducerConfig, canonical_item, canonical_name, is_secret, reveal
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,10 @@ _UNSUPPORTED: Dict[str, str] = {
     "partitioner": "it needs a Python callable; compute a 'partition' column instead",
     "transactional.id": ("the sink shares one producer per worker process between tasks, so it cannot "
                          "use transactions; it writes at-least-once"),
+    "ssl.context": ("it needs a Python ssl.SSLContext, which a Spark option (a string) cannot carry: give the "
+                    "TLS settings as kafka.ssl.* options (e.g. kafka.ssl.truststore.location)"),
+    "sasl.oauth.token.provider": ("it needs a Python callable, which a Spark option (a string) cannot carry: use "
+                                  "kafka.sasl.mechanism PLAIN or SCRAM-SHA-256/512 with kafka.sasl.jaas.config"),
 }
 
 
@@ -43,6 +47,10 @@ class SinkOptions(NamedTuple):
     def bootstrap_servers(self) -> str:
         return self.settings["bootstrap.servers"]
 
+    def __repr__(self) -> str:  # Spark and users may print the options: never the secrets
+        shown = {k: (HIDDEN if is_secret(k) else v) for k, v in self.settings.items()}
+        return f"SinkOptions(topic={self.topic!r}, settings={shown!r})"
+
 
 def _suggest(name: str) -> str:
     candidates = [KAFKA_PREFIX + s for s in SETTINGS] + list(SINK_OPTIONS)
@@ -53,6 +61,11 @@ def _suggest(name: str) -> str:
 def parse_options(options: Mapping[str, str]) -> SinkOptions:
     """Split and validate sink options.
 
+    Security settings are given as Spark's kafka sink takes them (``kafka.security.protocol``,
+    ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.location``, ...; also
+    librdkafka's and kafka-python's names). No message raised or logged here shows a secret value, and
+    the ``repr()`` of the result hides them.
+
     ``topic`` is the default topic (it wins over a ``topic`` column); ``kafka.<setting>`` are producer
     settings (``kafka.bootstrap.servers`` is required). Raises :class:`~kproducer.errors.ConfigError`
     naming the option for an unknown or unsupported producer setting, a bad value, a producer setting
@@ -61,6 +74,7 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     """
     topic: Optional[str] = None
     settings: Dict[str, str] = {}
+    spelled: Dict[str, str] = {}
     for raw_name, value in options.items():
         name = raw_name.lower()
         if name.startswith(KAFKA_PREFIX):
@@ -70,12 +84,18 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
             except ConfigError:
                 raise ConfigError(f"unknown option {raw_name!r}: {setting!r} is not a kproducer producer "
                                   f"setting{_suggest(name)}") from None
+            try:
+                java, value = canonical_item(setting, value)  # e.g. kafka-python's ssl_check_hostname
+            except ConfigError as e:
+                raise ConfigError(f"invalid option {raw_name!r}: {e}") from None
             if java in _UNSUPPORTED:
                 raise ConfigError(f"option {raw_name!r} is not supported by the kproducer Spark sink: "
                                   f"{_UNSUPPORTED[java]}")
-            if java in settings and settings[java] != value:
-                raise ConfigError(f"producer setting {java} is given twice with different values")
+            if java in settings and reveal(settings[java]) != reveal(value):
+                raise ConfigError(f"options {spelled[java]!r} and {raw_name!r} are the same producer setting "
+                                  f"({java}) with different values; give it once")
             settings[java] = value
+            spelled.setdefault(java, raw_name)
         elif name == "topic":
             topic = value.strip() if isinstance(value, str) else value
             if not topic:

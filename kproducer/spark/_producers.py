@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Dict, Mapping, Tuple
 
+from ..config import reveal
 from ..producer.kafka_producer import Producer
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ CLOSE_TIMEOUT_S = 10.0
 
 
 def _key(settings: Mapping[str, str]) -> Key:
-    return tuple(sorted((k, str(v)) for k, v in settings.items()))
+    # by the secrets' values: str() of a Password is "[hidden]" for every password
+    return tuple(sorted((k, str(reveal(v))) for k, v in settings.items()))
 
 
 def _check_fork() -> None:

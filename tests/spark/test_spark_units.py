@@ -87,6 +87,64 @@ def test_unrelated_unknown_options_are_ignored() -> None:
                                                                          "batch.size": "262144"}
 
 
+# -- security options ----------------------------------------------------------------------------------
+
+SECRET = "spark-S3cret-pw"
+JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+        f'password="{SECRET}";')
+
+
+def test_security_options_as_sparks_kafka_sink_takes_them(tmp_path: Any) -> None:
+    opts = parse_options(dict(BOOT, **{
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": JAAS,
+        "kafka.ssl.truststore.location": "/etc/kafka/ca.pem",
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.endpoint.identification.algorithm": "",
+        "kafka.ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    }))
+    assert opts.settings["sasl.jaas.config"] == JAAS  # as Spark passed it, for the workers' producers
+    assert opts.settings["ssl.truststore.location"] == "/etc/kafka/ca.pem"
+    assert SECRET not in repr(opts) and "[hidden]" in repr(opts)
+    # librdkafka's and kafka-python's names work too (Spark lower-cases option names)
+    opts = parse_options(dict(BOOT, **{"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanisms": "PLAIN",
+                                       "kafka.sasl.username": "alice", "kafka.sasl.password": SECRET,
+                                       "kafka.ssl_check_hostname": "false"}))
+    assert opts.settings["sasl.mechanism"] == "PLAIN" and opts.settings["sasl.password"] == SECRET
+    assert opts.settings["ssl.endpoint.identification.algorithm"] == ""
+    assert SECRET not in repr(opts) and SECRET not in str(opts)
+
+
+def test_producers_are_keyed_by_the_secret_values() -> None:
+    a = _producers._key({"sasl.password": "one"})
+    b = _producers._key({"sasl.password": "two"})
+    assert a != b
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": JAAS[:-2]}, "sasl.jaas.config is malformed"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.jaas.config": JAAS}, "set sasl.mechanism to SCRAM-SHA-256"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "GSSAPI"}, "Kerberos is not supported"),
+    ({"kafka.sasl.password": SECRET, "kafka.sasl_plain_password": "x" + SECRET},
+     "options 'kafka.sasl.password' and 'kafka.sasl_plain_password' are the same producer setting"),
+    ({"kafka.ssl.keystore.type": "JKS"}, "keytool -importkeystore"),
+    ({"kafka.ssl_context": "x"}, "a Spark option (a string) cannot carry"),
+    ({"kafka.ssl.context": "x"}, "give the TLS settings as kafka.ssl.* options"),
+    ({"kafka.sasl_oauth_token_provider": "x"}, "it needs a Python callable"),
+    ({"kafka.ssl_check_hostname": "maybe"}, "invalid option 'kafka.ssl_check_hostname'"),
+    ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "alice"},
+     "sasl.username needs sasl.password"),
+])
+def test_security_option_errors_never_show_the_secret(options: Dict[str, str], message: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options(dict(BOOT, **options))
+    assert message in str(info.value)
+    assert SECRET not in str(info.value) and SECRET[:-3] not in str(info.value)
+    assert all(SECRET not in r.getMessage() for r in caplog.records)
+
+
 # -- schema --------------------------------------------------------------------------------------------
 
 def _schema(**cols: Any) -> StructType:

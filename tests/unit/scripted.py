@@ -193,6 +193,7 @@ class ScriptedSelector:
         self.completed_sends: List[int] = []
         self.completed_receives: List[Tuple[int, bytes]] = []
         self.disconnected: Dict[int, str] = {}
+        self.failures: Dict[int, Any] = {}
 
     # -- the cluster model -------------------------------------------------------------------------
 
@@ -323,6 +324,9 @@ class ScriptedSelector:
         with self._cond:
             self.wakeups += 1
             self._cond.notify_all()
+
+    def setup_timeout_error(self, node_id: int) -> None:
+        return None  # no TLS here: a stalled connection says nothing about the settings
 
     def clear_results(self) -> None:
         self.connected = []

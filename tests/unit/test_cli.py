@@ -276,3 +276,126 @@ def test_produce_many_failures_are_summarized(cluster: MockCluster, tmp_path: Pa
     err = capsys.readouterr().err
     assert err.count("no key separator") == 20
     assert "only their count is reported" in err and "1 delivered, 50 failed" in err
+
+
+# -- security settings: --command-config and -X ---------------------------------------------------
+
+SECRET = "cli-S3cret-pw"
+JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+        f'password="{SECRET}";')
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("a=1\nb = 2\nc:3\nd : 4\ne 5\nf\t6\n", {"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6"}),
+    ("# comment\n! also a comment\n   # indented comment\n\n   \nk=v\n", {"k": "v"}),
+    ("k=v # not a comment\n", {"k": "v # not a comment"}),
+    ("k=first\nk=second\n", {"k": "second"}),
+    ("empty=\nbare\nspaces =   \n", {"empty": "", "bare": "", "spaces": ""}),
+    ("k = a=b:c\n", {"k": "a=b:c"}),
+    ("k = = v\n", {"k": "= v"}),
+    ("trailing = v  \n", {"trailing": "v  "}),
+    ("long = one \\\n    two \\\n\tthree\n", {"long": "one two three"}),
+    ("odd = ends\\\\\nnext = x\n", {"odd": "ends\\", "next": "x"}),
+    ("last = dangling\\", {"last": "dangling"}),
+    ("k\\=x\\:y\\ z = v\n", {"k=x:y z": "v"}),
+    ("tab = a\\tb\\nc\\\\d\\e\n", {"tab": "a\tb\nc\\de"}),
+    ("u = \\u0041\\u00e9\n", {"u": "A\u00e9"}),
+    ("crlf = 1\r\nnext = 2\r\n", {"crlf": "1", "next": "2"}),
+    ("sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+     "    username=\"alice\" \\\n    password=\"p w\";\n",
+     {"sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+                          'password="p w";'}),
+])
+def test_parse_properties_like_java(text: str, expected: Dict[str, str]) -> None:
+    assert cli.parse_properties(text) == expected
+
+
+def test_parse_properties_errors_name_the_line_not_its_text() -> None:
+    with pytest.raises(ConfigError) as info:
+        cli.parse_properties(f"a=1\nsasl.password={SECRET}\\u12\n", "client.properties")
+    assert "client.properties:2: malformed \\uxxxx escape" in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_read_properties_utf8_and_latin1(tmp_path: Path) -> None:
+    f = tmp_path / "u.properties"
+    f.write_bytes("\ufeffname=caf\u00e9\n".encode("utf-8"))
+    assert cli.read_properties(str(f)) == {"name": "caf\u00e9"}
+    f.write_bytes("name=caf\u00e9\n".encode("latin-1"))
+    assert cli.read_properties(str(f)) == {"name": "caf\u00e9"}
+
+
+def test_command_config_and_x_settings(tmp_path: Path) -> None:
+    from kproducer.config import Password
+
+    f = tmp_path / "client.properties"
+    f.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                 f"sasl.jaas.config={JAAS}\n"
+                 "ssl.truststore.location=/etc/ca.pem\nlinger.ms=9\n")
+    for option in ("--command-config", "--producer-config", "--producer.config"):
+        args = cli.build_parser().parse_args(["produce", "-t", "t", option, str(f), "-X", "ssl_check_hostname=false",
+                                              "-X", "sasl.password=" + SECRET, "-X", "linger_ms=3"])
+        settings = cli._settings(args)
+        assert settings["security.protocol"] == "SASL_SSL" and settings["linger.ms"] == "3"  # -X wins
+        assert settings["sasl.jaas.config"] == Password(JAAS)
+        assert settings["sasl.password"] == Password(SECRET)
+        assert settings["ssl.endpoint.identification.algorithm"] == ""
+        assert SECRET not in repr(settings)
+
+
+def test_x_spellings_of_one_setting_with_different_values(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["perf", "-n", "1", "-s", "1", "-X", "ssl.ca.location=a.pem", "-X", "ssl_cafile=b.pem"])
+    assert rc == 2
+    assert "ssl.ca.location and ssl_cafile are the same setting" in capsys.readouterr().err
+    rc = cli.main(["perf", "-n", "1", "-s", "1", "-X", "sasl.password=" + SECRET, "-X",
+                   "sasl_plain_password=other-" + SECRET])
+    err = capsys.readouterr().err
+    assert rc == 2 and "sasl.password and sasl_plain_password" in err and SECRET not in err
+
+
+@pytest.mark.parametrize("extra", [
+    ["-X", "sasl.jaas.config=" + JAAS[:-2]],  # unclosed quote
+    ["-X", "sasl.jaas.config=" + JAAS.replace("required ", "")],  # no control flag
+    ["-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=alice"],  # no password
+])
+def test_security_config_errors_exit_2_without_the_secret(extra: List[str],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["produce", "-b", "127.0.0.1:1", "-t", "t", "-X", "security.protocol=SASL_SSL",
+                   "-X", "sasl.mechanism=SCRAM-SHA-256", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error:" in err
+    assert SECRET not in err and SECRET[:-2] not in err
+
+
+def test_produce_over_sasl_with_command_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with MockCluster(1, security_protocol="SASL_PLAINTEXT", sasl_mechanisms=["SCRAM-SHA-256"],
+                     users={"alice": SECRET}) as c:
+        c.create_topic("t", 1)
+        props = tmp_path / "client.properties"
+        props.write_text("# as for kafka-console-producer --producer.config / --command-config\n"
+                         "security.protocol = SASL_PLAINTEXT\nsasl.mechanism = SCRAM-SHA-256\n"
+                         "sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+                         f"    username=\"alice\" password=\"{SECRET}\";\n")
+        data = tmp_path / "in.txt"
+        data.write_text("one\ntwo\n")
+        rc = cli.main(["produce", "-b", c.bootstrap_servers, "-t", "t", "-f", str(data), "--command-config",
+                       str(props), *FAST])
+        assert rc == 0, capsys.readouterr().err
+        assert [r.value for r in c.records("t", 0)] == [b"one", b"two"]
+        # the same with -X only and a wrong password: a delivery failure that names no secret
+        rc = cli.main(["produce", "-b", c.bootstrap_servers, "-t", "t", "-f", str(data),
+                       "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256",
+                       "-X", "sasl.username=alice", "-X", "sasl.password=wrong-" + SECRET,
+                       "-X", "max.block.ms=5000", "--timeout", "5", *FAST])
+        err = capsys.readouterr().err
+        assert rc == 1 and "SaslAuthenticationFailedError" in err
+        assert SECRET not in err
+        assert len(c.records("t", 0)) == 2
+
+
+def test_x_without_equals_does_not_echo_the_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["perf", "-n", "1", "-s", "1", "-X", "sasl.password:" + SECRET]) == 2
+    err = capsys.readouterr().err
+    assert "expected NAME=VALUE" in err and SECRET not in err
+    args = cli.build_parser().parse_args(["perf", "-n", "1", "-s", "1", "--producer-property", "acks=1"])
+    assert args.producer_props == [("acks", "1")]

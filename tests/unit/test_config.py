@@ -77,8 +77,11 @@ def test_partitioner_class_alias() -> None:
 
 
 def test_the_same_setting_twice_with_different_values_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="linger.ms is given twice"):
+    with pytest.raises(ConfigError, match="linger.ms and linger_ms are the same setting with different values"):
         ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 1}, linger_ms=2)
+    with pytest.raises(ConfigError, match="linger.ms is given twice with different values"):
+        ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 1}, **{"linger.ms": 2})
+    assert ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": "1"}, linger_ms=1).linger_ms == 1
     assert ProducerConfig({"bootstrap.servers": "h:1", "linger.ms": 1}, linger_ms=1).linger_ms == 1
 
 
@@ -126,7 +129,7 @@ def test_config_error_is_a_value_error() -> None:
     ("transactional_id", 5, "transactional.id must be a string"),
     ("key_serializer", "str.encode", "key.serializer must be callable"),
     ("compression_type", "lzma", "compression.type"),
-    ("security_protocol", "SSL", "not supported"),
+    ("security_protocol", "TLS", "not supported; valid: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
 ])
 def test_type_and_range_errors_name_the_setting(name: str, value: Any, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -148,6 +151,8 @@ def test_type_and_range_errors_name_the_setting(name: str, value: Any, fragment:
     ("transactional_id", "", None),
     ("compression_type", "gzip", 1),
     ("security_protocol", "plaintext", "PLAINTEXT"),
+    ("security_protocol", "ssl", "SSL"),
+    ("security_protocol", " Ssl ", "SSL"),
 ])
 def test_values_are_converted(name: str, value: Any, expected: Any) -> None:
     assert getattr(cfg(**{name: value}), name) == expected

@@ -100,6 +100,29 @@ def test_api_versions_falls_back_when_the_broker_is_older() -> None:
     assert env.client.is_ready(-1, env.now)
 
 
+def test_api_versions_answer_that_cannot_be_parsed_is_asked_again_with_v0() -> None:
+    """A broker that speaks ApiVersions only up to v2 may answer a v3 request with a body in neither
+    shape: the client asks again with v0 on the same connection instead of reconnecting forever."""
+    env = Env()
+    # error 35 and an array length that claims far more elements than the frame holds
+    garbage = b"\x00\x23\x01\x00\x12\x00\x00\x00\x02"
+    env.selector.script(m.API_VERSIONS, lambda req: Frame(req.correlation_id.to_bytes(4, "big") + garbage))
+    env.bootstrap()
+    assert [r.version for r in env.selector.sent(m.API_VERSIONS)] == [3, 0]
+    assert len(env.selector.connect_attempts) == 1  # no reconnection
+    assert env.client.is_ready(-1, env.now)
+
+
+def test_api_versions_v0_answer_that_cannot_be_parsed_closes_the_connection() -> None:
+    env = Env()
+    env.selector.script(m.API_VERSIONS, lambda req: Frame(req.correlation_id.to_bytes(4, "big") + b"\x00"),
+                        lambda req: Frame(req.correlation_id.to_bytes(4, "big") + b"\x00"))
+    env.poll(4)
+    assert [r.version for r in env.selector.sent(m.API_VERSIONS)] == [3, 0]
+    assert env.selector.closed_by_client and "ApiVersions" in env.selector.closed_by_client[0][1]
+    assert "ApiVersions" in env.client.describe_connection_errors()
+
+
 def test_api_versions_error_closes_the_connection() -> None:
     env = Env()
     env.selector.script(m.API_VERSIONS, Encoded({"error_code": 31, "api_keys": []}, 3))

@@ -24,6 +24,8 @@ from .metadata import METADATA
 from .offset_commit import OFFSET_COMMIT
 from .offset_fetch import OFFSET_FETCH
 from .produce import PRODUCE
+from .sasl_authenticate import SASL_AUTHENTICATE
+from .sasl_handshake import SASL_HANDSHAKE
 from .txn_offset_commit import TXN_OFFSET_COMMIT
 
 APIS: Dict[int, Api] = {}
@@ -39,7 +41,8 @@ for _api in (PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID):
     register(_api)
 for _api in (
     FETCH, LIST_OFFSETS, FIND_COORDINATOR, CREATE_TOPICS, ADD_PARTITIONS_TO_TXN,
-    ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT, OFFSET_COMMIT, OFFSET_FETCH,
+    ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT, OFFSET_COMMIT, OFFSET_FETCH, SASL_HANDSHAKE,
+    SASL_AUTHENTICATE,
 ):
     register(_api)
 
@@ -131,6 +134,8 @@ __all__ = [
     "INIT_PRODUCER_ID",
     "METADATA",
     "PRODUCE",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "RequestHeader",
     "decode_request_header",
     "decode_response",

@@ -1,0 +1,379 @@
+"""The producer's settings -> what the network layer needs to secure its connections.
+
+:func:`channel_security` builds a :class:`~kproducer.network.channel_security.ChannelSecurity`: an
+``ssl.SSLContext`` for SSL / SASL_SSL and a SASL client factory for SASL_PLAINTEXT / SASL_SSL. Problems
+with the files, stores and keys the settings name are :class:`~kproducer.errors.ConfigError` naming the
+setting and the file, raised when the producer is created. No message or log line here shows a secret.
+
+TLS notes:
+
+- the context is ``PROTOCOL_TLS_CLIENT``: certificates verified, host names checked unless
+  ``ssl.endpoint.identification.algorithm`` is empty, nothing verified at all when
+  ``enable.ssl.certificate.verification=false``;
+- ``ssl.enabled.protocols`` gives the lowest and highest TLS version (a gap in the list is not kept);
+  ``ssl.protocol`` caps the highest one as Java does (``TLS``: no cap);
+- ``ssl.cipher.suites`` is an OpenSSL cipher list (``,`` or ``:`` separated) for TLS 1.2 and older.
+  Python's ``ssl`` module cannot restrict TLS 1.3 suites: TLS 1.3 names in the list are accepted and
+  always enabled; a list of only TLS 1.3 suites makes TLS 1.3 the lowest version;
+- PEM text (``ssl.keystore.certificate.chain`` / ``ssl.keystore.key``) and PKCS12 key stores are loaded
+  through files, because ``load_cert_chain`` only reads files: they are written with mode 0600 into a
+  private temporary directory and deleted right after loading;
+- PKCS12 stores need the ``cryptography`` package (``pip install 'kproducer[tls]'``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import ssl
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from .config import Password, ProducerConfig, SaslLogin
+from .errors import ConfigError, SaslAuthenticationFailedError
+from .network.channel_security import PLAINTEXT, ChannelSecurity, SaslClientFactory
+
+if TYPE_CHECKING:
+    from .protocol.sasl import SaslClient
+
+log = logging.getLogger(__name__)
+
+_TLS_VERSIONS: Dict[str, ssl.TLSVersion] = {
+    "TLSv1": ssl.TLSVersion.TLSv1,
+    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+_ORDER = list(_TLS_VERSIONS)
+#: TLS 1.3 cipher suites (their OpenSSL and IANA names are the same)
+_TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256",
+                           "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"})
+_CRYPTOGRAPHY_HINT = "needs the cryptography package: pip install 'kproducer[tls]' (or pip install cryptography)"
+
+
+def channel_security(cfg: ProducerConfig) -> ChannelSecurity:
+    """TLS context and SASL client factory for ``cfg.security_protocol``; ConfigError for bad files."""
+    proto = cfg.security_protocol
+    if proto == "PLAINTEXT":
+        return PLAINTEXT
+    context = ssl_context(cfg) if proto in ("SSL", "SASL_SSL") else None
+    if proto.startswith("SASL_"):
+        login = cfg.sasl_login
+        if login is None:  # pragma: no cover - ProducerConfig resolves it for SASL_*
+            raise ConfigError(f"security.protocol={proto} needs SASL settings")
+        return ChannelSecurity(context, login.mechanism, sasl_client_factory(login))
+    return ChannelSecurity(context)
+
+
+# -- TLS ----------------------------------------------------------------------------------------------
+
+
+def _name(cfg: ProducerConfig, java: str) -> str:
+    return cfg.spelled.get(java, java)
+
+
+def ssl_context(cfg: ProducerConfig) -> ssl.SSLContext:
+    """The client ``ssl.SSLContext`` the TLS settings describe (``ssl_context`` itself when given)."""
+    if cfg.ssl_context is not None:
+        return cfg.ssl_context
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions(cfg, ctx)
+    if cfg.ssl_cipher_suites:
+        _set_ciphers(cfg, ctx, cfg.ssl_cipher_suites)
+    if not cfg.enable_ssl_certificate_verification:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        log.warning("%s=false: broker certificates are not verified; anyone on the network path can read and "
+                    "change this producer's traffic", _name(cfg, "enable.ssl.certificate.verification"))
+    else:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.check_hostname = cfg.ssl_endpoint_identification_algorithm == "https"
+        _load_trust(cfg, ctx)
+    _load_client_certificate(cfg, ctx)
+    return ctx
+
+
+def _set_versions(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
+    enabled = cfg.ssl_enabled_protocols
+    lowest, highest = enabled[0], enabled[-1]
+    if cfg.ssl_protocol != "TLS" and _ORDER.index(cfg.ssl_protocol) < _ORDER.index(highest):
+        highest = cfg.ssl_protocol
+        if _ORDER.index(highest) < _ORDER.index(lowest):
+            raise ConfigError(f"ssl.protocol={cfg.ssl_protocol} is below every version in ssl.enabled.protocols "
+                              f"({','.join(enabled)})")
+    try:
+        ctx.minimum_version = _TLS_VERSIONS[lowest]
+        ctx.maximum_version = _TLS_VERSIONS[highest]
+    except (ValueError, ssl.SSLError) as e:  # pragma: no cover - an OpenSSL built without these versions
+        raise ConfigError(f"ssl.enabled.protocols={','.join(enabled)}: this OpenSSL refuses it ({e})") from None
+
+
+def _set_ciphers(cfg: ProducerConfig, ctx: ssl.SSLContext, suites: str) -> None:
+    name = _name(cfg, "ssl.cipher.suites")
+    items = [x.strip() for x in suites.replace(",", ":").replace(" ", ":").split(":") if x.strip()]
+    older = [x for x in items if x not in _TLS13_SUITES]
+    if not items:
+        return
+    if not older:
+        if "TLSv1.3" not in cfg.ssl_enabled_protocols or (cfg.ssl_protocol not in ("TLS", "TLSv1.3")):
+            raise ConfigError(f"{name} lists only TLS 1.3 suites but TLS 1.3 is not enabled")
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        return
+    try:
+        ctx.set_ciphers(":".join(older))
+    except ssl.SSLError:
+        hint = ""
+        if any("_WITH_" in x for x in older):
+            hint = (" (these look like IANA names: give OpenSSL's, e.g. ECDHE-RSA-AES128-GCM-SHA256 for "
+                    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256; `openssl ciphers -stdname` lists both)")
+        raise ConfigError(f"{name}: OpenSSL selects no cipher from {':'.join(older)!r}{hint}") from None
+
+
+def _check_file(setting: str, path: str, directory_ok: bool = False) -> None:
+    if not os.path.exists(path):
+        raise ConfigError(f"{setting}: {path} does not exist")
+    if os.path.isdir(path) and not directory_ok:
+        raise ConfigError(f"{setting}: {path} is a directory, not a file")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{setting}: {path} is not readable by this process")
+
+
+def _load_trust(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
+    location = cfg.ssl_truststore_location
+    if cfg.ssl_truststore_certificates is not None:
+        name = _name(cfg, "ssl.truststore.certificates")
+        try:
+            ctx.load_verify_locations(cadata=cfg.ssl_truststore_certificates)
+        except (ssl.SSLError, ValueError) as e:
+            raise ConfigError(f"{name} holds no PEM certificate OpenSSL can read ({_reason(e)})") from None
+        return
+    if location is None:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        return
+    name = _name(cfg, "ssl.truststore.location")
+    if location.strip().lower() == "probe":  # librdkafka: find the system's CA certificates
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        return
+    _check_file(name, location, directory_ok=True)
+    if cfg.ssl_truststore_type == "PKCS12":
+        _key, certs = _read_pkcs12(name, location, _name(cfg, "ssl.truststore.password"), cfg.ssl_truststore_password)
+        if not certs:
+            raise ConfigError(f"{name}: the PKCS12 store {location} holds no certificates")
+        ctx.load_verify_locations(cadata="".join(c.decode("ascii") for c in certs))
+        return
+    try:
+        if os.path.isdir(location):
+            ctx.load_verify_locations(capath=location)
+        else:
+            ctx.load_verify_locations(cafile=location)
+    except ssl.SSLError as e:
+        raise ConfigError(f"{name}: {location} holds no PEM certificate OpenSSL can read ({_reason(e)})") from None
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read {location} ({e.strerror})") from None
+
+
+def _reason(e: Exception) -> str:
+    reason = getattr(e, "reason", None)
+    return str(reason) if reason else type(e).__name__
+
+
+class _NoPassword(Exception):
+    pass
+
+
+def _load_client_certificate(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
+    key_password = cfg.ssl_key_password
+    key_pw_name = _name(cfg, "ssl.key.password")
+    if cfg.ssl_keystore_certificate_chain is not None:
+        key = cfg.ssl_keystore_key
+        assert key is not None  # ProducerConfig checks they go together
+        what = f"{_name(cfg, 'ssl.keystore.certificate.chain')} and {_name(cfg, 'ssl.keystore.key')}"
+        with _private_files(cfg.ssl_keystore_certificate_chain.encode("utf-8"), key.value.encode("utf-8")) as paths:
+            _load_chain(ctx, what, "the PEM text", paths[0], paths[1], key_pw_name, key_password)
+        return
+    location = cfg.ssl_keystore_location
+    if location is None:
+        return
+    name = _name(cfg, "ssl.keystore.location")
+    _check_file(name, location)
+    if cfg.ssl_keystore_type == "PKCS12":
+        key_pem, certs = _read_pkcs12(name, location, _name(cfg, "ssl.keystore.password"),
+                                      cfg.ssl_keystore_password)
+        if key_pem is None or not certs:
+            raise ConfigError(f"{name}: the PKCS12 store {location} holds no private key with its certificate")
+        with _private_files(b"".join(certs), key_pem) as paths:
+            _load_chain(ctx, name, location, paths[0], paths[1], key_pw_name, None)
+        return
+    keyfile = cfg.ssl_key_location
+    if keyfile is not None:
+        _check_file(_name(cfg, "ssl.key.location"), keyfile)
+        name = f"{name} and {_name(cfg, 'ssl.key.location')}"
+        where = f"{location} and {keyfile}"
+    else:
+        where = location
+    _load_chain(ctx, name, where, location, keyfile, key_pw_name, key_password)
+
+
+def _load_chain(ctx: ssl.SSLContext, name: str, where: str, certfile: str, keyfile: Optional[str],
+                password_name: str, password: Optional[Password]) -> None:
+    asked: List[bool] = []
+
+    def give_password() -> str:  # never OpenSSL's interactive prompt
+        asked.append(True)
+        if password is None:
+            raise _NoPassword()
+        return password.value
+
+    try:
+        ctx.load_cert_chain(certfile, keyfile, password=give_password)
+    except _NoPassword:
+        raise ConfigError(f"{name}: the private key in {where} is encrypted: set {password_name}") from None
+    except ssl.SSLError as e:
+        if asked:
+            raise ConfigError(f"{name}: {password_name} does not decrypt the private key in {where}") from None
+        raise ConfigError(f"{name}: cannot load a certificate chain and its private key from {where} "
+                          f"({_reason(e)}); PEM with the certificate chain and the key (or give the key "
+                          "separately) is needed") from None
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read {where} ({e.strerror})") from None
+
+
+class _private_files:
+    """Write PEM data to 0600 files in a private (0700) temporary directory; delete them on exit."""
+
+    def __init__(self, *contents: bytes) -> None:
+        self._contents = contents
+        self._dir: Optional[str] = None
+
+    def __enter__(self) -> List[str]:
+        self._dir = tempfile.mkdtemp(prefix="kproducer-tls-")
+        paths = []
+        try:
+            for i, data in enumerate(self._contents):
+                path = os.path.join(self._dir, f"{i}.pem")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                paths.append(path)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        return paths
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _read_pkcs12(name: str, path: str, password_name: str,
+                 password: Optional[Password]) -> Tuple[Optional[bytes], List[bytes]]:
+    """(private key as unencrypted PKCS8 PEM or None, certificates as PEM: the key's first)."""
+    try:
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            NoEncryption,
+            PrivateFormat,
+            pkcs12,
+        )
+    except ImportError:
+        raise ConfigError(f"{name}: reading the PKCS12 store {path} {_CRYPTOGRAPHY_HINT}") from None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read {path} ({e.strerror})") from None
+    try:
+        key, cert, extra = pkcs12.load_key_and_certificates(
+            data, None if password is None else password.value.encode("utf-8"))
+    except (ValueError, TypeError):
+        if password is None:
+            raise ConfigError(f"{name}: cannot open the PKCS12 store {path}: it is not PKCS12, or it needs "
+                              f"{password_name}") from None
+        raise ConfigError(f"{name}: cannot open the PKCS12 store {path}: {password_name} is wrong, or the file is "
+                          "not PKCS12") from None
+    certs = [c.public_bytes(Encoding.PEM) for c in ([cert] if cert is not None else []) + list(extra)]
+    key_pem = None
+    if key is not None:
+        key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    return key_pem, certs
+
+
+# -- SASL ---------------------------------------------------------------------------------------------
+
+
+def sasl_client_factory(login: SaslLogin) -> SaslClientFactory:
+    """A factory of fresh SASL clients, called at every authentication (and KIP-368 re-authentication)."""
+    from .protocol.sasl import sasl_client, unsecured_jwt
+
+    mechanism = login.mechanism
+    if mechanism == "OAUTHBEARER":
+        provider = login.token_provider
+        static_extensions = login.extensions
+        if provider is not None:
+            def from_provider(host: str) -> "SaslClient":
+                token, extensions = call_token_provider(provider, static_extensions)
+                return _oauth_client(sasl_client, token, extensions)
+            return from_provider
+        subject = login.unsecured_subject
+        lifetime = login.unsecured_lifetime_s
+        assert subject is not None
+
+        def unsecured(host: str) -> "SaslClient":
+            return _oauth_client(sasl_client, unsecured_jwt(subject, lifetime), static_extensions)
+        return unsecured
+    username, password = login.username, login.password
+    assert username is not None and password is not None
+
+    def with_password(host: str) -> "SaslClient":
+        return sasl_client(mechanism, username=username, password=password.value)
+    return with_password
+
+
+def _oauth_client(make: Callable[..., "SaslClient"], token: str, extensions: Optional[Dict[str, str]]) -> "SaslClient":
+    try:
+        return make("OAUTHBEARER", token=token, extensions=extensions or None)
+    except ConfigError as e:  # an unusable token or extension: fail this authentication, not the thread
+        raise SaslAuthenticationFailedError(f"SASL OAUTHBEARER: {e}") from None
+
+
+def call_token_provider(provider: Any, extensions: Optional[Dict[str, str]] = None,
+                        now: Optional[float] = None) -> Tuple[str, Optional[Dict[str, str]]]:
+    """Ask an OAUTHBEARER token provider for a token: a callable returning ``(token, expiry_epoch_s)`` or a
+    token, or an object with ``token()`` (and optionally ``extensions()``, as kafka-python's
+    AbstractTokenProvider). Any failure is a SaslAuthenticationFailedError naming the exception type only."""
+    what = "sasl_oauth_token_provider"
+    merged = dict(extensions or {})
+    try:
+        method = getattr(provider, "token", None)
+        result = method() if callable(method) else provider()
+        more = getattr(provider, "extensions", None)
+        if callable(more):
+            got = more()
+            if got:
+                merged.update({str(k): str(v) for k, v in dict(got).items()})
+    except Exception as e:
+        raise SaslAuthenticationFailedError(
+            f"SASL OAUTHBEARER: the {what} raised {type(e).__name__}; no token to authenticate with") from e
+    expiry: Any = None
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        result, expiry = result
+    if isinstance(result, bytes):
+        result = result.decode("ascii", "replace")
+    if not isinstance(result, str) or not result:
+        raise SaslAuthenticationFailedError(
+            f"SASL OAUTHBEARER: the {what} returned a {type(result).__name__}; it must return a token string or "
+            "(token, expiry_epoch_seconds)")
+    if expiry is not None:
+        if isinstance(expiry, bool) or not isinstance(expiry, (int, float)):
+            raise SaslAuthenticationFailedError(
+                f"SASL OAUTHBEARER: the {what} returned an expiry of type {type(expiry).__name__}; it must be "
+                "seconds since the epoch")
+        current = time.time() if now is None else now
+        if expiry <= current:
+            raise SaslAuthenticationFailedError(
+                f"SASL OAUTHBEARER: the {what} returned a token that expired {current - expiry:.0f} s ago")
+    return result, merged or None
+
+
+__all__ = ["call_token_provider", "channel_security", "sasl_client_factory", "ssl_context"]

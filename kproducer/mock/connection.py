@@ -16,7 +16,7 @@ import socket
 import ssl
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Optional
+from typing import TYPE_CHECKING, ClassVar, Deque, Optional, Tuple, Type
 
 if TYPE_CHECKING:
     from .security import SaslSession
@@ -45,6 +45,9 @@ class Connection:
         "_out",
         "_out_pos",
     )
+
+    #: what send() raises when the socket cannot take more now (write() retries on writability)
+    _WOULD_BLOCK: ClassVar[Tuple[Type[BaseException], ...]] = (BlockingIOError, InterruptedError)
 
     def __init__(self, conn_id: int, sock: socket.socket, peer: str, max_frame: int) -> None:
         self.id = conn_id
@@ -117,7 +120,7 @@ class Connection:
             view = out[0]
             try:
                 sent = self.sock.send(view[self._out_pos:])
-            except (BlockingIOError, InterruptedError):
+            except self._WOULD_BLOCK:  # only looked up when send() raised
                 return False
             self._out_pos += sent
             if self._out_pos < len(view):
@@ -141,6 +144,9 @@ class TlsConnection(Connection):
     ``do_handshake_on_connect=False``)."""
 
     __slots__ = ("handshake_events",)
+
+    # an SSL write may also have to wait for the peer (renegotiation, or a record still to be read)
+    _WOULD_BLOCK = (ssl.SSLWantWriteError, ssl.SSLWantReadError, *Connection._WOULD_BLOCK)
 
     def __init__(self, conn_id: int, sock: ssl.SSLSocket, peer: str, max_frame: int) -> None:
         super().__init__(conn_id, sock, peer, max_frame)
@@ -191,19 +197,3 @@ class TlsConnection(Connection):
             if not more:
                 return False
             self._in += more
-
-    def write(self) -> bool:
-        out = self._out
-        sock = self.sock
-        while out:
-            view = out[0]
-            try:
-                sent = sock.send(view[self._out_pos:])
-            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError, InterruptedError):
-                return False
-            self._out_pos += sent
-            if self._out_pos < len(view):
-                return False
-            out.popleft()
-            self._out_pos = 0
-        return True

@@ -17,14 +17,19 @@ pytest.importorskip("cryptography")
 from kproducer.mock import MockCluster  # noqa: E402
 from kproducer.protocol.sasl import unsecured_jwt  # noqa: E402
 
+from third_party_clients import (  # noqa: E402
+    Message,
+    client_or_skip,
+    consume_confluent,
+    consume_kafka_python,
+    expected_reads,
+    produce_confluent,
+    produce_kafka_python,
+)
+
 PASSWORD = "Pa55-w0rd \"quoted\" \\ back"
 USERS = {"alice": PASSWORD, "bob": "bobs-secret"}
 TS = 1_700_000_000_000
-
-# (key, value, headers, timestamp ms)
-Message = Tuple[Optional[bytes], Optional[bytes], List[Tuple[str, Optional[bytes]]], int]
-# (partition, offset, key, value, headers, timestamp)
-Read = Tuple[int, int, Optional[bytes], Optional[bytes], List[Tuple[str, Optional[bytes]]], int]
 
 CASES: List[Tuple[str, Optional[str]]] = [
     ("SSL", None),
@@ -96,36 +101,6 @@ def kafka_python_config(cluster: MockCluster, mechanism: Optional[str], cafile: 
     return config
 
 
-def produce_kafka_python(config: Dict[str, Any], topic: str, msgs: List[Message]) -> List[Tuple[int, int]]:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(acks="all", linger_ms=5, max_request_size=1 << 20, **config)
-    try:
-        futures = [producer.send(topic, key=k, value=v, headers=h, timestamp_ms=ts) for k, v, h, ts in msgs]
-        producer.flush(30)
-        metadata = [f.get(timeout=30) for f in futures]
-    finally:
-        producer.close(10)
-    return [(m.partition, m.offset) for m in metadata]
-
-
-def consume_kafka_python(config: Dict[str, Any], topic: str, partitions: int, expected: int) -> List[Read]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(auto_offset_reset="earliest", enable_auto_commit=False, fetch_max_wait_ms=100,
-                             **config)
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        out: List[Read] = []
-        deadline = time.monotonic() + 30
-        while len(out) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                out.extend((r.partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
-        return out
-    finally:
-        consumer.close()
-
-
 # -------------------------------------------------------------------------------- confluent-kafka
 
 
@@ -146,64 +121,10 @@ def confluent_config(cluster: MockCluster, mechanism: Optional[str], cafile: Opt
     return config
 
 
-def produce_confluent(config: Dict[str, Any], topic: str, msgs: List[Message]) -> List[Tuple[int, int]]:
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer({**config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
-    results: Dict[int, Tuple[int, int]] = {}
-    errors: List[Any] = []
-
-    def report(index: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                results[index] = (msg.partition(), msg.offset())
-        return on_delivery
-
-    for i, (k, v, h, ts) in enumerate(msgs):
-        producer.produce(topic, key=k, value=v, headers=h, timestamp=ts, on_delivery=report(i))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert not errors
-    return [results[i] for i in range(len(msgs))]
-
-
-def consume_confluent(config: Dict[str, Any], topic: str, partitions: int, expected: int) -> List[Read]:
-    import confluent_kafka
-
-    # the mock has no consumer groups: assign() and no commits
-    consumer = confluent_kafka.Consumer({**config, "group.id": "mock-test", "enable.auto.commit": False,
-                                         "fetch.wait.max.ms": 100})
-    try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                         for p in range(partitions)])
-        out: List[Read] = []
-        deadline = time.monotonic() + 30
-        while len(out) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or []),
-                        msg.timestamp()[1]))
-        return out
-    finally:
-        consumer.close()
-
-
 CLIENTS = {
     "kafka-python": (kafka_python_config, produce_kafka_python, consume_kafka_python),
     "confluent": (confluent_config, produce_confluent, consume_confluent),
 }
-
-
-def client_or_skip(name: str) -> None:
-    pytest.importorskip("kafka" if name == "kafka-python" else "confluent_kafka")
-
-
-def expected_reads(msgs: List[Message], positions: List[Tuple[int, int]]) -> List[Read]:
-    return sorted((p, o, k, v, h, ts) for (k, v, h, ts), (p, o) in zip(msgs, positions))
 
 
 # ---------------------------------------------------------------------------------------- tests

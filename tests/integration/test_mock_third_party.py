@@ -5,8 +5,7 @@ delivery through injected errors and a leader move."""
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -14,10 +13,9 @@ from kproducer.mock import MockCluster
 
 pytest.importorskip("kafka")
 
+from third_party_clients import CONSUMERS, PRODUCERS, Message, Read, expected_reads  # noqa: E402
+
 TS = 1_700_000_000_000
-Header = Tuple[str, Optional[bytes]]
-# (key, value, headers, timestamp ms)
-Message = Tuple[Optional[bytes], Optional[bytes], List[Header], int]
 
 
 def messages(count: int = 120) -> List[Message]:
@@ -33,10 +31,6 @@ def messages(count: int = 120) -> List[Message]:
     return special + [(b"key-%d" % i, b"value-%d" % i, [("i", b"%d" % i)], TS + 100 + i) for i in range(count)]
 
 
-# A record as read back: (partition, offset, key, value, headers, timestamp)
-Read = Tuple[int, int, Optional[bytes], Optional[bytes], List[Header], int]
-
-
 @pytest.fixture
 def cluster() -> Iterator[MockCluster]:
     with MockCluster(3) as c:
@@ -44,116 +38,29 @@ def cluster() -> Iterator[MockCluster]:
         yield c
 
 
-# ----------------------------------------------------------------------------------- kafka-python
+def settings(client: str, cluster: MockCluster) -> Dict[str, Any]:
+    """The client's settings for the cluster's plaintext listeners."""
+    key = "bootstrap_servers" if client == "kafka-python" else "bootstrap.servers"
+    return {key: cluster.bootstrap_servers}
 
 
-def produce_kafka_python(cluster: MockCluster, topic: str, msgs: List[Message], **config: Any) -> List[Tuple[int, int]]:
-    from kafka import KafkaProducer  # type: ignore[import-untyped]
-
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", linger_ms=5,
-                             max_request_size=1 << 20, **config)
-    try:
-        futures = [producer.send(topic, key=k, value=v, headers=h, timestamp_ms=ts) for k, v, h, ts in msgs]
-        producer.flush(30)
-        metadata = [f.get(timeout=30) for f in futures]
-    finally:
-        producer.close(10)
-    return [(m.partition, m.offset) for m in metadata]
+def produce(client: str, cluster: MockCluster, topic: str, msgs: List[Message], **config: Any) -> List[Tuple[int, int]]:
+    return PRODUCERS[client](settings(client, cluster), topic, msgs, **config)
 
 
-def consume_kafka_python(cluster: MockCluster, topic: str, expected: int, read_committed: bool = False) -> List[Read]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
-                             enable_auto_commit=False, fetch_max_wait_ms=100,
-                             isolation_level="read_committed" if read_committed else "read_uncommitted")
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(cluster.partition_count(topic))])
-        out: List[Read] = []
-        deadline = time.monotonic() + 30
-        while len(out) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=200).values():
-                out.extend((r.partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
-        # nothing more arrives
-        for records in consumer.poll(timeout_ms=300).values():
-            out.extend((r.partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
-        return out
-    finally:
-        consumer.close()
-
-
-# -------------------------------------------------------------------------------- confluent-kafka
-
-
-def produce_confluent(cluster: MockCluster, topic: str, msgs: List[Message], **config: Any) -> List[Tuple[int, int]]:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    settings = {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True,
-                "linger.ms": 5}
-    settings.update(config)
-    producer = confluent_kafka.Producer(settings)
-    results: Dict[int, Tuple[int, int]] = {}
-    errors: List[Any] = []
-
-    def report(index: int) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                results[index] = (msg.partition(), msg.offset())
-        return on_delivery
-
-    for i, (k, v, h, ts) in enumerate(msgs):
-        producer.produce(topic, key=k, value=v, headers=h, timestamp=ts, on_delivery=report(i))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert not errors
-    return [results[i] for i in range(len(msgs))]
-
-
-def consume_confluent(cluster: MockCluster, topic: str, expected: int, read_committed: bool = False) -> List[Read]:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": cluster.bootstrap_servers, "group.id": "mock-test", "enable.auto.commit": False,
-        "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-        "fetch.wait.max.ms": 100,
-    })
-    try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                         for p in range(cluster.partition_count(topic))])
-        out: List[Read] = []
-        deadline = time.monotonic() + 30
-        quiet_until: Optional[float] = None
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is None:
-                if len(out) >= expected:
-                    quiet_until = quiet_until or time.monotonic() + 0.3
-                    if time.monotonic() > quiet_until:
-                        break
-                continue
-            assert msg.error() is None, msg.error()
-            out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or []),
-                        msg.timestamp()[1]))
-        return out
-    finally:
-        consumer.close()
-
-
-PRODUCERS = {"kafka-python": produce_kafka_python, "confluent": produce_confluent}
-CONSUMERS = {"kafka-python": consume_kafka_python, "confluent": consume_confluent}
-
-
-def expected_reads(msgs: List[Message], positions: List[Tuple[int, int]]) -> List[Read]:
-    return sorted((p, o, k, v, h, ts) for (k, v, h, ts), (p, o) in zip(msgs, positions))
+def consume(client: str, cluster: MockCluster, topic: str, expected: int, read_committed: bool = False) -> List[Read]:
+    """Everything read back, including records beyond ``expected`` that arrive within 0.3 s."""
+    return CONSUMERS[client](settings(client, cluster), topic, cluster.partition_count(topic), expected,
+                             read_committed=read_committed, settle=0.3)
 
 
 @pytest.mark.parametrize("producer", list(PRODUCERS))
 @pytest.mark.parametrize("consumer", list(CONSUMERS))
 def test_produce_and_consume_byte_exact(cluster: MockCluster, producer: str, consumer: str) -> None:
     msgs = messages()
-    positions = PRODUCERS[producer](cluster, "t", msgs)
+    positions = produce(producer, cluster, "t", msgs)
     assert len(set(positions)) == len(msgs)
-    got = CONSUMERS[consumer](cluster, "t", len(msgs))
+    got = consume(consumer, cluster, "t", len(msgs))
     assert sorted(got) == expected_reads(msgs, positions)
     # what the brokers stored is the same, and idempotence was used
     stored = {(p, r.offset): r for p in range(6) for r in cluster.records("t", p)}
@@ -171,8 +78,8 @@ def test_produce_and_consume_byte_exact(cluster: MockCluster, producer: str, con
 def test_compressed_batches(cluster: MockCluster, compression: str) -> None:
     pytest.importorskip("confluent_kafka")
     msgs = messages(50)
-    positions = produce_confluent(cluster, "t", msgs, **{"compression.type": compression})
-    assert sorted(consume_kafka_python(cluster, "t", len(msgs))) == expected_reads(msgs, positions)
+    positions = produce("confluent", cluster, "t", msgs, **{"compression.type": compression})
+    assert sorted(consume("kafka-python", cluster, "t", len(msgs))) == expected_reads(msgs, positions)
 
 
 def test_delivery_through_injected_errors_and_a_leader_move(cluster: MockCluster) -> None:
@@ -182,10 +89,10 @@ def test_delivery_through_injected_errors_and_a_leader_move(cluster: MockCluster
     cluster.inject_errors("produce", [6, 7, 6])
     cluster.drop_responses("produce", 1)  # appended, but the answer is lost: the retry is a duplicate
     first = messages(30)
-    positions = produce_confluent(cluster, "one", first, **{"retry.backoff.ms": 10})
+    positions = produce("confluent", cluster, "one", first, **{"retry.backoff.ms": 10})
     cluster.move_leader("one", 0, broker_id=cluster.leader("one", 0) % 3 + 1)
     second = messages(30)
-    positions += produce_kafka_python(cluster, "one", second, retry_backoff_ms=10)
+    positions += produce("kafka-python", cluster, "one", second, retry_backoff_ms=10)
     assert [o for _, o in positions] == list(range(len(first) + len(second)))
     assert [r.value for r in cluster.records("one", 0)] == [v for _, v, _, _ in first + second]
     assert cluster.pending_errors("produce") == []
@@ -239,10 +146,10 @@ def test_transactions_and_read_committed(cluster: MockCluster, client: str) -> N
     run = _kafka_python_transactions if client == "kafka-python" else _confluent_transactions
     committed, aborted = run(cluster)
     all_values = committed + aborted
-    for consume in (consume_kafka_python, consume_confluent):
-        seen = sorted(r[3] or b"" for r in consume(cluster, "t", len(committed), read_committed=True))
-        assert seen == sorted(committed), consume.__name__
-        everything = sorted(r[3] or b"" for r in consume(cluster, "t", len(all_values)))
-        assert everything == sorted(all_values), consume.__name__
+    for consumer in CONSUMERS:
+        seen = sorted(r[3] or b"" for r in consume(consumer, cluster, "t", len(committed), read_committed=True))
+        assert seen == sorted(committed), consumer
+        everything = sorted(r[3] or b"" for r in consume(consumer, cluster, "t", len(all_values)))
+        assert everything == sorted(all_values), consumer
     markers = [r for p in range(6) for r in cluster.records("t", p, include_control=True) if r.is_control]
     assert {m.control_type for m in markers} == {0, 1}

@@ -192,3 +192,53 @@ def test_stream_validation_error_before_the_first_batch(spark: Any) -> None:
     with pytest.raises(Exception) as info:
         query.awaitTermination(60)
     assert "column 'value' must be string or binary, not bigint" in str(info.value)
+
+
+SPARK_SECRET = "spark-Pa55word-never-shown"
+
+
+def _secured_writer(df: Any, cluster: Any, ca_file: str, password: str) -> Any:
+    """Spark's kafka-sink option names for a SASL_SSL cluster (as users of Spark's own sink pass them)."""
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+            f'username="alice" password="{password}";')
+    return (df.write.format("kproducer").mode("append")
+            .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+            .option("kafka.security.protocol", "SASL_SSL")
+            .option("kafka.ssl.truststore.type", "PEM").option("kafka.ssl.truststore.location", ca_file)
+            .option("kafka.sasl.mechanism", "SCRAM-SHA-512").option("kafka.sasl.jaas.config", jaas)
+            .option("topic", "secure"))
+
+
+@pytest.fixture
+def secured_cluster(tmp_path: Any) -> Any:
+    pytest.importorskip("cryptography", reason="the mock cluster makes its TLS certificate with cryptography")
+    from kproducer.mock import MockCluster
+
+    with MockCluster(2, security_protocol="SASL_SSL", sasl_mechanisms=["SCRAM-SHA-512"],
+                     users={"alice": SPARK_SECRET}) as cluster:
+        cluster.create_topic("secure", partitions=2)
+        ca_file = tmp_path / "ca.pem"
+        ca_file.write_text(cluster.ca_pem)
+        yield cluster, str(ca_file)
+
+
+def test_write_over_sasl_ssl_with_sparks_option_names(spark: Any, secured_cluster: Any) -> None:
+    cluster, ca_file = secured_cluster
+    n = 10_000
+    df = spark.range(0, n, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
+    _secured_writer(df, cluster, ca_file, SPARK_SECRET).save()
+    stored = sorted(int(r.value) for part in range(2) for r in cluster.records("secure", part))
+    assert stored == list(range(n))
+    assert cluster.auth_stats["successes"] >= 2 and cluster.auth_stats["failures"] == 0
+
+
+def test_wrong_password_fails_the_job_without_showing_the_secret(spark: Any, secured_cluster: Any) -> None:
+    cluster, ca_file = secured_cluster
+    wrong = "not-" + SPARK_SECRET
+    df = spark.range(0, 20, numPartitions=1).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(Exception) as info:
+        _secured_writer(df, cluster, ca_file, wrong).save()
+    text = str(info.value)
+    assert "SaslAuthenticationFailedError" in text and "SCRAM-SHA-512" in text, text[-3000:]
+    assert SPARK_SECRET not in text
+    assert cluster.records("secure", 0) == [] and cluster.records("secure", 1) == []

@@ -3,26 +3,24 @@ stops and restarts, the request log, and the mock-cluster command line."""
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
-from contextlib import redirect_stdout
 from typing import Iterator
 
 import pytest
 
 import kproducer
 from kproducer.mock import MockCluster
-from kproducer.mock.cli import add_arguments, main, serve_forever, topic_spec
+from kproducer.mock.cli import add_arguments, main, topic_spec
 from kproducer.mock.faults import api_name
 from kproducer.mock.wire_client import WireClient
 from kproducer.protocol.messages import API_VERSIONS, METADATA
 
+from mock_cli import ServeInBackground
 from test_mock_apis import batch, fetch, produce
 
 
@@ -188,29 +186,15 @@ def test_serve_forever_prints_bootstrap_and_stops() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--brokers", "2", "--topic", "t:3", "--topic", "u:1"])
-    stop = threading.Event()
-    out = io.StringIO()
-    result: list = []
-
-    def run() -> None:
-        with redirect_stdout(out):
-            result.append(serve_forever(args, stop))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 5
-    while "topic u" not in out.getvalue() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    lines = out.getvalue().splitlines()
-    bootstrap = lines[0]
-    assert len(bootstrap.split(",")) == 2
-    host, port = bootstrap.split(",")[0].split(":")
-    with WireClient(host, int(port)) as c:
-        topics = c.request(METADATA, 12, {"topics": None})["topics"]
-        assert sorted((t["name"], len(t["partitions"])) for t in topics) == [("t", 3), ("u", 1)]
-    stop.set()
-    thread.join(5)
-    assert result == [0]
+    with ServeInBackground(args, join_timeout=5) as serving:
+        lines = serving.wait_for("topic u", timeout=5).splitlines()
+        bootstrap = lines[0]
+        assert len(bootstrap.split(",")) == 2
+        host, port = bootstrap.split(",")[0].split(":")
+        with WireClient(host, int(port)) as c:
+            topics = c.request(METADATA, 12, {"topics": None})["topics"]
+            assert sorted((t["name"], len(t["partitions"])) for t in topics) == [("t", 3), ("u", 1)]
+    assert serving.result == [0]
 
 
 def test_main_rejects_bad_arguments() -> None:

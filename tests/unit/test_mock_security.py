@@ -5,7 +5,6 @@ client settings the cluster hands out, and the mock-cluster command's security o
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import socket
 import ssl
@@ -14,7 +13,6 @@ import struct
 import sys
 import threading
 import time
-from contextlib import redirect_stdout
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
@@ -23,10 +21,12 @@ pytest.importorskip("cryptography")
 
 from kproducer.mock import MockCluster  # noqa: E402
 from kproducer.mock.certs import MissingDependencyError, make_certificates, server_context  # noqa: E402
-from kproducer.mock.cli import add_arguments, build_cluster, serve_forever  # noqa: E402
+from kproducer.mock.cli import add_arguments, build_cluster  # noqa: E402
 from kproducer.mock.wire_client import WireClient  # noqa: E402
 from kproducer.protocol.messages import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE  # noqa: E402
 from kproducer.protocol.sasl import sasl_client, unsecured_jwt  # noqa: E402
+
+from mock_cli import ServeInBackground  # noqa: E402
 
 PASSWORD = "alice-secret"
 USERS = {"alice": PASSWORD, "bob": "bob-secret"}
@@ -446,21 +446,8 @@ def test_cli_prints_how_to_connect_but_never_the_password(tmp_path: Any) -> None
     secret = "Sup3r-s3cret"
     args = _parse(["--brokers", "1", "--tls", "--sasl-user", f"alice:{secret}", "--sasl-mechanism",
                    "SCRAM-SHA-256", "--ca-file", str(ca_file), "--client-config", str(props), "--topic", "t:1"])
-    stop = threading.Event()
-    out = io.StringIO()
-    result: list = []
-
-    def run() -> None:
-        with redirect_stdout(out):
-            result.append(serve_forever(args, stop))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while "topic t" not in out.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        text = out.getvalue()
+    with ServeInBackground(args) as serving:
+        text = serving.wait_for("topic t", timeout=10)
         assert secret not in text
         lines = text.splitlines()
         host, port = lines[0].split(":")
@@ -474,10 +461,7 @@ def test_cli_prints_how_to_connect_but_never_the_password(tmp_path: Any) -> None
         with WireClient(host, int(port), ssl_context=tls_context(ca_file.read_text())) as c:
             assert authenticate(c, "SCRAM-SHA-256", password=secret)["error_code"] == 0
             assert metadata(c)["topics"][0]["name"] == "t"
-    finally:
-        stop.set()
-        thread.join(10)
-    assert result == [0]
+    assert serving.result == [0]
     assert ca_file.exists()  # files the user named are kept
 
 
@@ -486,20 +470,8 @@ def test_cli_removes_the_files_it_made(tmp_path: Any, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     args = _parse(["--brokers", "1", "--tls"])
-    stop = threading.Event()
-    out = io.StringIO()
-
-    def run() -> None:
-        with redirect_stdout(out):
-            serve_forever(args, stop)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while "client settings" not in out.getvalue() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    ca_line = next(line for line in out.getvalue().splitlines() if line.startswith("CA certificate"))
-    assert os.path.exists(ca_line.split(": ", 1)[1])
-    stop.set()
-    thread.join(10)
+    with ServeInBackground(args) as serving:
+        text = serving.wait_for("client settings", timeout=10)
+        ca_line = next(line for line in text.splitlines() if line.startswith("CA certificate"))
+        assert os.path.exists(ca_line.split(": ", 1)[1])
     assert list(tmp_path.iterdir()) == []

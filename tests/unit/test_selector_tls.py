@@ -53,6 +53,7 @@ class EchoServer:
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(8)
         self.port = self.listener.getsockname()[1]
+        self.listener.settimeout(0.2)  # here, not in the thread: close() may come before it runs
         self.errors: List[str] = []
         self.conns: List[socket.socket] = []
         self._stop = False
@@ -60,7 +61,6 @@ class EchoServer:
         self._thread.start()
 
     def _serve(self) -> None:
-        self.listener.settimeout(0.2)
         while not self._stop:
             try:
                 conn, _ = self.listener.accept()
@@ -182,6 +182,25 @@ def test_unknown_ca_fails_with_the_reason_and_the_broker(ca: "trustme.CA", serve
         assert isinstance(err, SslAuthenticationError)
         assert f"localhost:{srv.port}" in str(err)
         assert "certificate verify failed" in str(err) or "unable to get local issuer" in str(err)
+    finally:
+        sel.close_all()
+
+
+def test_expired_certificate_fails_naming_the_reason(ca: "trustme.CA", servers: Callable[..., EchoServer]) -> None:
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("localhost", not_before=now - datetime.timedelta(days=30),
+                  not_after=now - datetime.timedelta(days=1)).configure_cert(ctx)
+    srv = servers(ctx)
+    sel = Selector(ssl_context=client_context(ca))
+    try:
+        connected, disconnected, failures = connect(sel, "localhost", srv.port)
+        assert not connected and 1 in disconnected
+        err = failures[1]
+        assert isinstance(err, SslAuthenticationError)
+        assert "expired" in str(err) and f"localhost:{srv.port}" in str(err)
     finally:
         sel.close_all()
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Uni
 
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
+from .protocol.sasl import SUPPORTED_MECHANISMS
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,8 @@ class _Setting:
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-#: the SASL mechanisms kproducer implements (kproducer.protocol.sasl)
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+#: the SASL mechanisms kproducer implements
+SASL_MECHANISMS = SUPPORTED_MECHANISMS
 TLS_VERSIONS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 JKS_HINT = ("JKS key and trust stores cannot be read from Python: convert the store once with "
             "`keytool -importkeystore -srckeystore client.jks -destkeystore client.p12 -deststoretype PKCS12` "

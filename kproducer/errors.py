@@ -5,180 +5,20 @@ of them), one class per Kafka broker error code (``NotLeaderOrFollowerError``, .
 :func:`error_for_code` and friends. This module adds the errors that arise in the client itself;
 they have ``code == -1`` and are not broker error codes.
 
-Every error has a ``retriable`` flag: True means retrying the same operation later may succeed.
+Every error has a ``retriable`` flag: True means retrying the same operation later may succeed, and
+the category flags ``invalid_metadata``, ``coordinator_moved``, ``fenced``, ``txn_fatal`` and
+``txn_abortable`` (all False for the client-side errors; see :mod:`kproducer.protocol.errors`).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
+from .protocol import errors as _protocol_errors
 from .protocol.errors import *  # noqa: F401,F403
 from .protocol.errors import AuthenticationError, KafkaError
 
-__all__ = [
-    # from kproducer.protocol.errors
-    "ErrorSpec",
-    "ERROR_TABLE",
-    "ERROR_CLASSES",
-    "MAX_KNOWN_ERROR_CODE",
-    "KafkaError",
-    "ProtocolError",
-    "AuthenticationError",
-    "BrokerResponseError",
-    "UnknownKafkaError",
-    "error_for_code",
-    "error_class_for_code",
-    "UnknownServerError",
-    "OffsetOutOfRangeError",
-    "CorruptMessageError",
-    "UnknownTopicOrPartitionError",
-    "InvalidFetchSizeError",
-    "LeaderNotAvailableError",
-    "NotLeaderOrFollowerError",
-    "RequestTimedOutError",
-    "BrokerNotAvailableError",
-    "ReplicaNotAvailableError",
-    "MessageTooLargeError",
-    "StaleControllerEpochError",
-    "OffsetMetadataTooLargeError",
-    "NetworkError",
-    "CoordinatorLoadInProgressError",
-    "CoordinatorNotAvailableError",
-    "NotCoordinatorError",
-    "InvalidTopicError",
-    "RecordListTooLargeError",
-    "NotEnoughReplicasError",
-    "NotEnoughReplicasAfterAppendError",
-    "InvalidRequiredAcksError",
-    "IllegalGenerationError",
-    "InconsistentGroupProtocolError",
-    "InvalidGroupIdError",
-    "UnknownMemberIdError",
-    "InvalidSessionTimeoutError",
-    "RebalanceInProgressError",
-    "InvalidCommitOffsetSizeError",
-    "TopicAuthorizationFailedError",
-    "GroupAuthorizationFailedError",
-    "ClusterAuthorizationFailedError",
-    "InvalidTimestampError",
-    "UnsupportedSaslMechanismError",
-    "IllegalSaslStateError",
-    "UnsupportedVersionError",
-    "TopicAlreadyExistsError",
-    "InvalidPartitionsError",
-    "InvalidReplicationFactorError",
-    "InvalidReplicaAssignmentError",
-    "InvalidConfigError",
-    "NotControllerError",
-    "InvalidRequestError",
-    "UnsupportedForMessageFormatError",
-    "PolicyViolationError",
-    "OutOfOrderSequenceNumberError",
-    "DuplicateSequenceNumberError",
-    "InvalidProducerEpochError",
-    "InvalidTxnStateError",
-    "InvalidProducerIdMappingError",
-    "InvalidTransactionTimeoutError",
-    "ConcurrentTransactionsError",
-    "TransactionCoordinatorFencedError",
-    "TransactionalIdAuthorizationFailedError",
-    "SecurityDisabledError",
-    "OperationNotAttemptedError",
-    "KafkaStorageError",
-    "LogDirNotFoundError",
-    "SaslAuthenticationFailedError",
-    "UnknownProducerIdError",
-    "ReassignmentInProgressError",
-    "DelegationTokenAuthDisabledError",
-    "DelegationTokenNotFoundError",
-    "DelegationTokenOwnerMismatchError",
-    "DelegationTokenRequestNotAllowedError",
-    "DelegationTokenAuthorizationFailedError",
-    "DelegationTokenExpiredError",
-    "InvalidPrincipalTypeError",
-    "NonEmptyGroupError",
-    "GroupIdNotFoundError",
-    "FetchSessionIdNotFoundError",
-    "InvalidFetchSessionEpochError",
-    "ListenerNotFoundError",
-    "TopicDeletionDisabledError",
-    "FencedLeaderEpochError",
-    "UnknownLeaderEpochError",
-    "UnsupportedCompressionTypeError",
-    "StaleBrokerEpochError",
-    "OffsetNotAvailableError",
-    "MemberIdRequiredError",
-    "PreferredLeaderNotAvailableError",
-    "GroupMaxSizeReachedError",
-    "FencedInstanceIdError",
-    "EligibleLeadersNotAvailableError",
-    "ElectionNotNeededError",
-    "NoReassignmentInProgressError",
-    "GroupSubscribedToTopicError",
-    "InvalidRecordError",
-    "UnstableOffsetCommitError",
-    "ThrottlingQuotaExceededError",
-    "ProducerFencedError",
-    "ResourceNotFoundError",
-    "DuplicateResourceError",
-    "UnacceptableCredentialError",
-    "InconsistentVoterSetError",
-    "InvalidUpdateVersionError",
-    "FeatureUpdateFailedError",
-    "PrincipalDeserializationFailureError",
-    "SnapshotNotFoundError",
-    "PositionOutOfRangeError",
-    "UnknownTopicIdError",
-    "DuplicateBrokerRegistrationError",
-    "BrokerIdNotRegisteredError",
-    "InconsistentTopicIdError",
-    "InconsistentClusterIdError",
-    "TransactionalIdNotFoundError",
-    "FetchSessionTopicIdError",
-    "IneligibleReplicaError",
-    "NewLeaderElectedError",
-    "OffsetMovedToTieredStorageError",
-    "FencedMemberEpochError",
-    "UnreleasedInstanceIdError",
-    "UnsupportedAssignorError",
-    "StaleMemberEpochError",
-    "MismatchedEndpointTypeError",
-    "UnsupportedEndpointTypeError",
-    "UnknownControllerIdError",
-    "UnknownSubscriptionIdError",
-    "TelemetryTooLargeError",
-    "InvalidRegistrationError",
-    "TransactionAbortableError",
-    "InvalidRecordStateError",
-    "ShareSessionNotFoundError",
-    "InvalidShareSessionEpochError",
-    "FencedStateEpochError",
-    "InvalidVoterKeyError",
-    "DuplicateVoterError",
-    "VoterNotFoundError",
-    "InvalidRegularExpressionError",
-    "RebootstrapRequiredError",
-    "StreamsInvalidTopologyError",
-    "StreamsInvalidTopologyEpochError",
-    "StreamsTopologyFencedError",
-    "ShareSessionLimitReachedError",
-    "GroupDeletionFailedError",
-    "StreamsTopologyDescriptionUpdateFailedError",
-    "RecordTooLargeError",
-    "NotLeaderForPartitionError",
-    # client-side errors
-    "KafkaTimeoutError",
-    "BufferExhaustedError",
-    "ConfigError",
-    "ProducerClosedError",
-    "SerializationError",
-    "KafkaConnectionError",
-    "SslAuthenticationError",
-    "SecurityProtocolMismatchError",
-    "NoBrokersAvailableError",
-    "TransactionError",
-    "TransactionAbortedError",
-    "IllegalStateError",
-]
+# __all__ is computed at the end of the module: kproducer.protocol.errors's (a literal list, which mypy
+# follows through the `+=` below) and every error class defined here.
 
 
 class KafkaTimeoutError(KafkaError):
@@ -319,3 +159,20 @@ class SecurityProtocolMismatchError(SslAuthenticationError):
     default_message = (
         "The broker's listener and security.protocol disagree about TLS: check security.protocol."
     )
+
+
+def _client_side_error_names() -> List[str]:
+    """The error classes defined in this module, in definition order."""
+    return [
+        name
+        for name, obj in globals().items()
+        if isinstance(obj, type)
+        and issubclass(obj, KafkaError)
+        and obj.__module__ == __name__
+        and not name.startswith("_")
+    ]
+
+
+__all__: List[str] = []
+__all__ += _protocol_errors.__all__
+__all__ += _client_side_error_names()

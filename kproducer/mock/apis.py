@@ -11,6 +11,20 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from ..protocol.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
 from ..protocol.messages import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -31,7 +45,6 @@ from ..protocol.messages import (
     encode_response,
 )
 from ..protocol.schema import Api
-from . import error_codes as ec
 from .faults import snake
 from .request_channel import Request, RequestChannel, Response
 from .state import ClusterState, PartitionState, TopicError, TopicState
@@ -70,8 +83,8 @@ API_NAMES: Dict[int, str] = {a.key: snake(a.name) for a in SERVED_APIS}
 def leader_epoch_error(p: PartitionState, requested: int) -> int:
     """KIP-320 fencing: a client's current leader epoch older or newer than the partition's."""
     if requested < 0 or requested == p.leader_epoch:
-        return ec.NONE
-    return ec.FENCED_LEADER_EPOCH if requested < p.leader_epoch else ec.UNKNOWN_LEADER_EPOCH
+        return NO_ERROR
+    return FencedLeaderEpochError.code if requested < p.leader_epoch else UnknownLeaderEpochError.code
 
 
 class KafkaApis:
@@ -153,10 +166,10 @@ class KafkaApis:
         """The partition if this broker leads it; else the error to answer."""
         p = self.state.partition(topic, index)
         if p is None:
-            return ec.UNKNOWN_TOPIC_OR_PARTITION, None
+            return UnknownTopicOrPartitionError.code, None
         if p.leader != self.broker_id:
-            return ec.NOT_LEADER_OR_FOLLOWER, p
-        return ec.NONE, p
+            return NotLeaderOrFollowerError.code, p
+        return NO_ERROR, p
 
     def leader_info(self, p: Optional[PartitionState]) -> Body:
         if p is None:
@@ -176,12 +189,12 @@ class KafkaApis:
         if request.body is None:
             lo, hi = SERVED_VERSIONS[API_VERSIONS.key]
             return {
-                "error_code": ec.UNSUPPORTED_VERSION,
+                "error_code": UnsupportedVersionError.code,
                 "api_keys": [{"api_key": API_VERSIONS.key, "min_version": lo, "max_version": hi}],
             }
         injected = self.faults.take_error("api_versions")
         return {
-            "error_code": injected or ec.NONE,
+            "error_code": injected or NO_ERROR,
             "api_keys": [
                 {"api_key": key, "min_version": lo, "max_version": hi}
                 for key, (lo, hi) in sorted(SERVED_VERSIONS.items())
@@ -208,7 +221,8 @@ class KafkaApis:
                 if name is None:
                     topic = next((t for t in state.topics.values() if t.topic_id == topic_id), None)
                     if topic is None:
-                        topics.append({"error_code": ec.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "partitions": []})
+                        topics.append({"error_code": UnknownTopicIdError.code, "name": None, "topic_id": topic_id,
+                                       "partitions": []})
                         continue
                 else:
                     topic = state.topics.get(name)
@@ -238,7 +252,7 @@ class KafkaApis:
             assert topic is not None
             log.info("auto-created topic %r with %d partitions", name, len(topic.partitions))
             return self._topic_metadata(topic)
-        return {"error_code": ec.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+        return {"error_code": UnknownTopicOrPartitionError.code, "name": name, "partitions": []}
 
     def _topic_metadata(self, topic: TopicState) -> Body:
         brokers = self.state.brokers
@@ -247,7 +261,7 @@ class KafkaApis:
             alive = [r for r in p.replicas if brokers[r].alive]
             leader_alive = brokers[p.leader].alive
             partitions.append({
-                "error_code": ec.NONE if leader_alive else ec.LEADER_NOT_AVAILABLE,
+                "error_code": NO_ERROR if leader_alive else LeaderNotAvailableError.code,
                 "partition_index": p.index,
                 "leader_id": p.leader if leader_alive else -1,
                 "leader_epoch": p.leader_epoch,
@@ -256,7 +270,7 @@ class KafkaApis:
                 "offline_replicas": [r for r in p.replicas if r not in alive],
             })
         return {
-            "error_code": ec.NONE,
+            "error_code": NO_ERROR,
             "name": topic.name,
             "topic_id": topic.topic_id,
             "is_internal": False,
@@ -279,14 +293,14 @@ class KafkaApis:
 
     def _list_offset(self, topic: str, part: Body, read_committed: bool) -> Body:
         index = part["partition_index"]
-        result: Body = {"partition_index": index, "error_code": ec.NONE, "timestamp": -1, "offset": -1,
+        result: Body = {"partition_index": index, "error_code": NO_ERROR, "timestamp": -1, "offset": -1,
                         "leader_epoch": -1}
         injected = self.faults.take_error("list_offsets")
         if injected:
             result["error_code"] = injected
             return result
         error, p = self.partition_error(topic, index)
-        if error == ec.NONE:
+        if error == NO_ERROR:
             assert p is not None
             error = leader_epoch_error(p, part["current_leader_epoch"])
         if error:
@@ -323,17 +337,17 @@ class KafkaApis:
         injected = self.faults.take_error("find_coordinator")
         results = []
         for key in keys:
-            entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ec.NONE,
+            entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": NO_ERROR,
                            "error_message": None}
             if injected:
                 entry["error_code"] = injected
             elif key_type not in (0, 1) or (key_type == 1 and not key):
-                entry["error_code"] = ec.INVALID_REQUEST
+                entry["error_code"] = InvalidRequestError.code
                 entry["error_message"] = f"invalid key type {key_type} or empty key"
             else:
                 broker = self.state.coordinator_for(key)
                 if broker is None:
-                    entry["error_code"] = ec.COORDINATOR_NOT_AVAILABLE
+                    entry["error_code"] = CoordinatorNotAvailableError.code
                 else:
                     entry.update(node_id=broker.id, host=broker.host, port=broker.port)
             results.append(entry)
@@ -362,7 +376,7 @@ class KafkaApis:
         name = t["name"]
         num = t["num_partitions"]
         rf = t["replication_factor"]
-        result: Body = {"name": name, "error_code": ec.NONE, "error_message": None, "num_partitions": -1,
+        result: Body = {"name": name, "error_code": NO_ERROR, "error_message": None, "num_partitions": -1,
                         "replication_factor": -1, "configs": []}
         n_brokers = len(self.state.brokers)
         leaders: Optional[List[int]] = None
@@ -371,17 +385,18 @@ class KafkaApis:
                 raise TopicError(injected, "injected error")
             if t["assignments"]:
                 if num != -1 or rf != -1:
-                    raise TopicError(ec.INVALID_REQUEST, "give either an assignment or partitions/replication factor")
+                    raise TopicError(InvalidRequestError.code,
+                                     "give either an assignment or partitions/replication factor")
                 by_index = {a["partition_index"]: a["broker_ids"] for a in t["assignments"]}
                 if sorted(by_index) != list(range(len(by_index))) or not all(by_index.values()):
-                    raise TopicError(ec.INVALID_REPLICA_ASSIGNMENT, "partitions must be 0..n-1, each with brokers")
+                    raise TopicError(InvalidReplicaAssignmentError.code, "partitions must be 0..n-1, each with brokers")
                 leaders = [by_index[i][0] for i in range(len(by_index))]
                 num = len(leaders)
             else:
                 if num == -1:
                     num = self.config.default_partitions
                 if rf != -1 and not 1 <= rf <= n_brokers:
-                    raise TopicError(ec.INVALID_REPLICATION_FACTOR,
+                    raise TopicError(InvalidReplicationFactorError.code,
                                      f"replication factor {rf} is not between 1 and {n_brokers}")
             configs = {c["name"]: c["value"] for c in t["configs"]}
             topic = self.state.create_topic(name, num, leaders, configs, validate_only)

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import NO_ERROR, FetchSessionIdNotFoundError, OffsetOutOfRangeError
 from .request_channel import Request
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 Body = Dict[str, Any]
 TopicPartition = Tuple[str, int]
-FETCH_SESSION_ID_NOT_FOUND = 70
 
 
 def handle_fetch(apis: "KafkaApis", request: Request) -> "Result":
@@ -45,7 +44,7 @@ def evaluate_fetch(apis: "KafkaApis", request: Request, first: bool, final: bool
     body = request.body
     assert body is not None
     if body["session_id"] != 0:
-        return {"throttle_time_ms": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+        return {"throttle_time_ms": 0, "error_code": FetchSessionIdNotFoundError.code, "session_id": 0, "responses": []}
     read_committed = body["isolation_level"] == 1
     remaining = body["max_bytes"]
     total = 0
@@ -57,12 +56,12 @@ def evaluate_fetch(apis: "KafkaApis", request: Request, first: bool, final: bool
             limit = min(part["partition_max_bytes"], remaining - total)
             result, size = _fetch_partition(apis, t["topic"], part, read_committed, limit, total == 0, first)
             total += size
-            has_error = has_error or result["error_code"] != ec.NONE
+            has_error = has_error or result["error_code"] != NO_ERROR
             parts.append(result)
         responses.append({"topic": t["topic"], "partitions": parts})
     if not final and not has_error and total < body["min_bytes"] and body["max_wait_ms"] > 0:
         return None
-    return {"throttle_time_ms": 0, "error_code": ec.NONE, "session_id": 0, "responses": responses}
+    return {"throttle_time_ms": 0, "error_code": NO_ERROR, "session_id": 0, "responses": responses}
 
 
 def _fetch_partition(apis: "KafkaApis", topic: str, part: Body, read_committed: bool, limit: int,
@@ -72,7 +71,7 @@ def _fetch_partition(apis: "KafkaApis", topic: str, part: Body, read_committed: 
     index = part["partition"]
     result: Body = {
         "partition_index": index,
-        "error_code": ec.NONE,
+        "error_code": NO_ERROR,
         "high_watermark": -1,
         "last_stable_offset": -1,
         "log_start_offset": -1,
@@ -85,7 +84,7 @@ def _fetch_partition(apis: "KafkaApis", topic: str, part: Body, read_committed: 
         result["error_code"] = injected
         return result, 0
     error, p = apis.partition_error(topic, index)
-    if error == ec.NONE:
+    if error == NO_ERROR:
         assert p is not None
         error = leader_epoch_error(p, part["current_leader_epoch"])
     if error:
@@ -103,7 +102,7 @@ def _fetch_partition(apis: "KafkaApis", topic: str, part: Body, read_committed: 
         result["last_stable_offset"] = lso
         result["log_start_offset"] = plog.log_start_offset
         if offset < plog.log_start_offset or offset > hw:
-            result["error_code"] = ec.OFFSET_OUT_OF_RANGE
+            result["error_code"] = OffsetOutOfRangeError.code
             return result, 0
         upper = lso if read_committed else hw
         batches, size = plog.read(offset, max(limit, 0), upper, min_one)

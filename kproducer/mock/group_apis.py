@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import (
+    NO_ERROR,
+    IllegalGenerationError,
+    InvalidGroupIdError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
 from .request_channel import Request
 
 if TYPE_CHECKING:
@@ -15,9 +22,6 @@ if TYPE_CHECKING:
 
 Body = Dict[str, Any]
 TopicPartition = Tuple[str, int]
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-INVALID_GROUP_ID = 24
 
 
 def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
@@ -25,15 +29,15 @@ def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
     assert body is not None
     group = body["group_id"]
     if not group:
-        group_error = INVALID_GROUP_ID
+        group_error = InvalidGroupIdError.code
     elif not apis.is_coordinator(group):
-        group_error = ec.NOT_COORDINATOR
+        group_error = NotCoordinatorError.code
     elif body["member_id"]:
-        group_error = UNKNOWN_MEMBER_ID
+        group_error = UnknownMemberIdError.code
     elif body["generation_id"] >= 0:
-        group_error = ILLEGAL_GENERATION
+        group_error = IllegalGenerationError.code
     else:
-        group_error = ec.NONE
+        group_error = NO_ERROR
     accepted: Dict[TopicPartition, Tuple[int, Optional[str]]] = {}
     topics = []
     for t in body["topics"]:
@@ -42,7 +46,7 @@ def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
             tp = (t["name"], p["partition_index"])
             code = apis.faults.take_error("offset_commit") or group_error
             if not code and apis.state.partition(*tp) is None:
-                code = ec.UNKNOWN_TOPIC_OR_PARTITION
+                code = UnknownTopicOrPartitionError.code
             if not code:
                 accepted[tp] = (p["committed_offset"], p["committed_metadata"])
             parts.append({"partition_index": tp[1], "error_code": code})
@@ -56,9 +60,9 @@ def handle_offset_fetch(apis: "KafkaApis", request: Request) -> "Result":
     body = request.body
     assert body is not None
     group = body["group_id"]
-    error = apis.faults.take_error("offset_fetch") or ec.NONE
+    error = apis.faults.take_error("offset_fetch") or NO_ERROR
     if not error and not apis.is_coordinator(group):
-        error = ec.NOT_COORDINATOR
+        error = NotCoordinatorError.code
     with apis.state.lock:
         committed = dict(apis.state.group_offsets.get(group, {}))
     wanted: Dict[str, List[int]] = {}

@@ -9,9 +9,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from ..protocol.errors import ProtocolError
+from ..protocol.errors import (
+    NO_ERROR,
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidRequiredAcksError,
+    InvalidTxnStateError,
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    ProtocolError,
+    TransactionalIdAuthorizationFailedError,
+)
 from ..protocol.records import MAGIC, crc32c, read_batch_header, read_batches
-from . import error_codes as ec
 from .request_channel import Request
 
 if TYPE_CHECKING:
@@ -38,7 +47,7 @@ def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
             result = _produce_partition(apis, name, pd["index"], pd["records"], acks, transactional_id)
             if result["error_code"]:
                 any_error = True
-                if result["error_code"] == ec.NOT_LEADER_OR_FOLLOWER and "current_leader" in result:
+                if result["error_code"] == NotLeaderOrFollowerError.code and "current_leader" in result:
                     moved.append(result["current_leader"]["leader_id"])
             parts.append(result)
         responses.append({"name": name, "partition_responses": parts})
@@ -58,7 +67,7 @@ def _result(index: int, error: int, base_offset: int = -1, message: Optional[str
         "error_code": error,
         "base_offset": base_offset,
         "log_append_time_ms": -1,
-        "log_start_offset": 0 if error == ec.NONE else -1,
+        "log_start_offset": 0 if error == NO_ERROR else -1,
         "record_errors": record_errors or [],
         "error_message": message,
     }
@@ -67,7 +76,7 @@ def _result(index: int, error: int, base_offset: int = -1, message: Optional[str
 def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional[bytes], acks: int,
                        transactional_id: Optional[str]) -> Body:
     if acks not in (-1, 0, 1):
-        return _result(index, ec.INVALID_REQUIRED_ACKS, message=f"acks must be -1, 0 or 1, not {acks}")
+        return _result(index, InvalidRequiredAcksError.code, message=f"acks must be -1, 0 or 1, not {acks}")
     injected = apis.faults.take_error("produce")
     if injected:
         return _result(index, injected, message="injected error")
@@ -79,30 +88,30 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
         return result
     assert p is not None
     if not data:
-        return _result(index, ec.INVALID_RECORD, message="the partition data holds no record batch")
+        return _result(index, InvalidRecordError.code, message="the partition data holds no record batch")
     try:
         header = read_batch_header(data, 0, verify_crc=False)
     except ProtocolError as e:
         magic_problem = len(data) > 16 and data[16] != MAGIC
-        return _result(index, ec.INVALID_RECORD if magic_problem else ec.CORRUPT_MESSAGE, message=str(e))
+        return _result(index, InvalidRecordError.code if magic_problem else CorruptMessageError.code, message=str(e))
     if header.size != len(data):
-        return _result(index, ec.INVALID_RECORD,
+        return _result(index, InvalidRecordError.code,
                        message="Produce v3+ must carry exactly one record batch per partition "
                                f"(batch of {header.size} bytes, {len(data) - header.size} bytes after it)")
     if header.size > apis.config.max_message_bytes:
-        return _result(index, ec.MESSAGE_TOO_LARGE,
+        return _result(index, MessageTooLargeError.code,
                        message=f"batch of {header.size} bytes exceeds max_message_bytes "
                                f"{apis.config.max_message_bytes}")
     if crc32c(memoryview(data)[21:]) != header.crc:
-        return _result(index, ec.CORRUPT_MESSAGE, message="record batch CRC mismatch")
+        return _result(index, CorruptMessageError.code, message="record batch CRC mismatch")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
-        return _result(index, ec.INVALID_RECORD,
+        return _result(index, InvalidRecordError.code,
                        message=f"recordCount {header.record_count} does not match lastOffsetDelta "
                                f"{header.last_offset_delta}")
     if header.is_control:
-        return _result(index, ec.INVALID_RECORD, message="clients may not produce control batches")
+        return _result(index, InvalidRecordError.code, message="clients may not produce control batches")
     if header.is_transactional and transactional_id is None:
-        return _result(index, ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        return _result(index, TransactionalIdAuthorizationFailedError.code,
                        message="transactional records need a transactional id")
     if apis.config.validate_records:
         try:
@@ -110,7 +119,7 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
         except Exception as e:  # ProtocolError, or a codec error on a bad compressed section
             found = _RECORD_INDEX.search(str(e))
             batch_index = int(found.group(1)) if found else 0
-            return _result(index, ec.INVALID_RECORD, message=f"invalid record: {e}",
+            return _result(index, InvalidRecordError.code, message=f"invalid record: {e}",
                            record_errors=[{"batch_index": batch_index, "batch_index_error_message": str(e)}])
     plog = p.log
     pid = header.producer_id
@@ -120,10 +129,10 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
             if check.error:
                 return _result(index, check.error, message=check.message)
             if check.duplicate is not None:
-                return _result(index, ec.NONE, check.duplicate.first_offset)
+                return _result(index, NO_ERROR, check.duplicate.first_offset)
             if header.is_transactional and pid not in plog.txn_members:
-                return _result(index, ec.INVALID_TXN_STATE,
+                return _result(index, InvalidTxnStateError.code,
                                message=f"partition {topic}-{index} is not part of producer {pid}'s transaction")
         base = plog.append(data, header, p.leader_epoch)
     apis.state.notify_append(topic, index)
-    return _result(index, ec.NONE, base)
+    return _result(index, NO_ERROR, base)

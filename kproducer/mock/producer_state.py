@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Deque, Dict, NamedTuple, Optional, Set, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import (
+    NO_ERROR,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
 
 _INT32_MAX = 0x7FFFFFFF
 MAX_CACHED_BATCHES = 5
@@ -54,7 +59,7 @@ class SequenceCheck(NamedTuple):
     duplicate: Optional[BatchMetadata]
 
 
-_OK = SequenceCheck(ec.NONE, None, None)
+_OK = SequenceCheck(NO_ERROR, None, None)
 
 
 class ProducerStateTable:
@@ -70,14 +75,14 @@ class ProducerStateTable:
         if entry is None:
             if producer_id in self._expired and first_seq > 0:
                 return SequenceCheck(
-                    ec.UNKNOWN_PRODUCER_ID,
+                    UnknownProducerIdError.code,
                     f"no state for producer {producer_id} (expired); sequence {first_seq} is not 0",
                     None,
                 )
             return _OK
         if epoch < entry.epoch:
             return SequenceCheck(
-                ec.INVALID_PRODUCER_EPOCH,
+                InvalidProducerEpochError.code,
                 f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}",
                 None,
             )
@@ -86,17 +91,17 @@ class ProducerStateTable:
         if epoch > entry.epoch:
             if first_seq != 0:
                 return SequenceCheck(
-                    ec.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    OutOfOrderSequenceNumberError.code,
                     f"invalid sequence {first_seq} for new epoch {epoch} of producer {producer_id} (must be 0)",
                     None,
                 )
             return _OK
         for batch in entry.batches:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return SequenceCheck(ec.NONE, None, batch)
+                return SequenceCheck(NO_ERROR, None, batch)
         if not in_sequence(entry.last_seq, first_seq):
             return SequenceCheck(
-                ec.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                OutOfOrderSequenceNumberError.code,
                 f"out of order sequence for producer {producer_id} epoch {epoch}: "
                 f"expected {entry.last_seq + 1 if entry.last_seq < _INT32_MAX else 0}, got {first_seq}",
                 None,

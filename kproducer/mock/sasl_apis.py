@@ -18,8 +18,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
+from ..protocol.errors import (
+    NO_ERROR,
+    IllegalSaslStateError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 from ..protocol.sasl import SaslServer, sasl_server
-from . import error_codes as ec
 from .request_channel import Request
 from .security import SaslSession
 
@@ -42,7 +47,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
     assert body is not None
     session = request.session
     if session is None:
-        return {"error_code": ec.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": IllegalSaslStateError.code, "mechanisms": []}
     security = session.security
     mechanism = body["mechanism"]
     if session.state == SaslSession.AUTHENTICATE:
@@ -52,7 +57,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
         return CLOSE_CONNECTION
     reauthenticating = session.state == SaslSession.AUTHENTICATED
     if reauthenticating and request.version == 0:
-        return {"error_code": ec.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {"error_code": IllegalSaslStateError.code, "mechanisms": []}
     security.stats.add("attempts")
     refusal: Optional[str] = None
     if request.version == 0:
@@ -69,7 +74,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
     if refusal is not None:
         log.info("broker %d: SASL handshake from %s refused: %s", apis.broker_id, request.peer, refusal)
         security.stats.add("failures")
-        apis.respond(request, {"error_code": ec.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms},
+        apis.respond(request, {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": mechanisms},
                      close_after_send=True)
         return DEFERRED
     session.server = sasl_server(mechanism, users=security.users, scram_iterations=security.scram_iterations)
@@ -77,7 +82,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
     session.state = SaslSession.AUTHENTICATE
     session.authenticated = False
     session.reauthenticating = reauthenticating
-    return {"error_code": ec.NONE, "mechanisms": list(security.mechanisms)}
+    return {"error_code": NO_ERROR, "mechanisms": list(security.mechanisms)}
 
 
 def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
@@ -87,9 +92,9 @@ def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
     assert body is not None
     session = request.session
     if session is None:
-        return _auth_response(ec.ILLEGAL_SASL_STATE, "SaslAuthenticate received on a listener without SASL")
+        return _auth_response(IllegalSaslStateError.code, "SaslAuthenticate received on a listener without SASL")
     if session.state == SaslSession.AUTHENTICATED:
-        return _auth_response(ec.ILLEGAL_SASL_STATE,
+        return _auth_response(IllegalSaslStateError.code,
                               "SaslAuthenticate request received after successful authentication")
     security = session.security
     if session.state == SaslSession.HANDSHAKE or session.server is None:
@@ -112,10 +117,10 @@ def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
         session.server = None
         message = (f"Authentication failed during {during} due to invalid credentials with SASL mechanism "
                    f"{session.mechanism}")
-        apis.respond(request, _auth_response(ec.SASL_AUTHENTICATION_FAILED, message), close_after_send=True)
+        apis.respond(request, _auth_response(SaslAuthenticationFailedError.code, message), close_after_send=True)
         return DEFERRED
     if not server.complete:
-        return _auth_response(ec.NONE, None, challenge)
+        return _auth_response(NO_ERROR, None, challenge)
     lifetime_ms = security.session_lifetime_ms
     if lifetime_ms > 0 and server.credential_expiry is not None:
         # KIP-368: never beyond the credential's own expiry (an OAUTHBEARER token's exp)
@@ -131,4 +136,4 @@ def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
     session.authenticated = True
     log.debug("broker %d: %s authenticated as %s with SASL %s", apis.broker_id, request.peer,
               session.principal, session.mechanism)
-    return _auth_response(ec.NONE, None, challenge, lifetime_ms)
+    return _auth_response(NO_ERROR, None, challenge, lifetime_ms)

@@ -18,9 +18,10 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..protocol.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from ..protocol.sasl import SUPPORTED_MECHANISMS
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-ALL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+ALL_MECHANISMS = SUPPORTED_MECHANISMS
 CLIENT_AUTH = ("none", "requested", "required")
 
 #: the only API keys a SASL connection may use before it has authenticated

@@ -11,7 +11,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidTopicError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
+)
 from .faults import FaultInjector
 from .log import PartitionLog
 
@@ -147,20 +153,22 @@ class ClusterState:
         """Create a topic; partition i is led by broker ``leaders[i]`` or spread round robin."""
         validate_topic_name(name)
         if partitions < 1:
-            raise TopicError(ec.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+            raise TopicError(InvalidPartitionsError.code, f"number of partitions must be at least 1, got {partitions}")
         with self.lock:
             if name in self.topics:
-                raise TopicError(ec.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+                raise TopicError(TopicAlreadyExistsError.code, f"topic {name!r} already exists")
             broker_ids = sorted(self.brokers)
             if not broker_ids:
-                raise TopicError(ec.LEADER_NOT_AVAILABLE, "the cluster has no brokers")
+                raise TopicError(LeaderNotAvailableError.code, "the cluster has no brokers")
             live = self.live_broker_ids() or broker_ids
             if leaders is not None:
                 if len(leaders) != partitions:
-                    raise TopicError(ec.INVALID_REPLICA_ASSIGNMENT, f"{len(leaders)} leaders given for {partitions} partitions")
+                    raise TopicError(InvalidReplicaAssignmentError.code,
+                                     f"{len(leaders)} leaders given for {partitions} partitions")
                 unknown = [b for b in leaders if b not in self.brokers]
                 if unknown:
-                    raise TopicError(ec.INVALID_REPLICA_ASSIGNMENT, f"unknown broker ids in the assignment: {unknown}")
+                    raise TopicError(InvalidReplicaAssignmentError.code,
+                                     f"unknown broker ids in the assignment: {unknown}")
                 chosen = list(leaders)
             else:
                 chosen = [live[i % len(live)] for i in range(partitions)]
@@ -221,5 +229,6 @@ class ClusterState:
 def validate_topic_name(name: str) -> None:
     if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise TopicError(
-            ec.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}: 1-249 characters of ASCII letters, digits, '.', '_' or '-'"
+            InvalidTopicError.code,
+            f"invalid topic name {name!r}: 1-249 characters of ASCII letters, digits, '.', '_' or '-'",
         )

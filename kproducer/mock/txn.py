@@ -14,7 +14,16 @@ import threading
 import time
 from typing import Dict, List, Optional, Set, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import (
+    NO_ERROR,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
 from .state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -57,7 +66,7 @@ def fenced_code(api: str, version: int) -> int:
     """PRODUCER_FENCED for the versions that know it (KIP-588), INVALID_PRODUCER_EPOCH before."""
     first = {"init_producer_id": 4, "add_partitions_to_txn": 2, "add_offsets_to_txn": 2, "end_txn": 2,
              "txn_offset_commit": 3}[api]
-    return ec.PRODUCER_FENCED if version >= first else ec.INVALID_PRODUCER_EPOCH
+    return ProducerFencedError.code if version >= first else InvalidProducerEpochError.code
 
 
 class TransactionCoordinator:
@@ -85,11 +94,11 @@ class TransactionCoordinator:
                   version: int) -> Tuple[int, Optional[TxnMetadata]]:
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
-            return ec.INVALID_PRODUCER_ID_MAPPING, None
+            return InvalidProducerIdMappingError.code, None
         self._expire_if_timed_out(meta)
         if meta.producer_epoch != epoch:
             return fenced_code(api, version), None
-        return ec.NONE, meta
+        return NO_ERROR, meta
 
     def _complete(self, meta: TxnMetadata, commit: bool) -> None:
         """Write the markers, apply or drop the transactional offsets, and end the transaction."""
@@ -117,13 +126,13 @@ class TransactionCoordinator:
                          version: int) -> Tuple[int, int, int]:
         """Returns (error, producer id, epoch)."""
         if timeout_ms <= 0 or timeout_ms > self._state.config.transaction_max_timeout_ms:
-            return ec.INVALID_TRANSACTION_TIMEOUT, -1, -1
+            return InvalidTransactionTimeoutError.code, -1, -1
         with self._lock:
             meta = self.transactions.get(transactional_id)
             if meta is None:
                 meta = TxnMetadata(transactional_id, self._state.next_producer_id(), timeout_ms)
                 self.transactions[transactional_id] = meta
-                return ec.NONE, meta.producer_id, meta.producer_epoch
+                return NO_ERROR, meta.producer_id, meta.producer_epoch
             if producer_id >= 0 and (producer_id != meta.producer_id or epoch != meta.producer_epoch):
                 return fenced_code("init_producer_id", version), -1, -1
             meta.timeout_ms = timeout_ms
@@ -131,7 +140,7 @@ class TransactionCoordinator:
             if meta.state == ONGOING:
                 self._complete(meta, commit=False)  # the markers carry the new epoch: fences the old one
             meta.state = EMPTY
-            return ec.NONE, meta.producer_id, meta.producer_epoch
+            return NO_ERROR, meta.producer_id, meta.producer_epoch
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: List[TopicPartition], version: int) -> Dict[TopicPartition, int]:
@@ -141,7 +150,7 @@ class TransactionCoordinator:
                 return {tp: error for tp in partitions}
             unknown = {tp for tp in partitions if self._state.partition(*tp) is None}
             if unknown:
-                return {tp: ec.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ec.OPERATION_NOT_ATTEMPTED
+                return {tp: UnknownTopicOrPartitionError.code if tp in unknown else OperationNotAttemptedError.code
                         for tp in partitions}
             self._begin(meta)
             for tp in partitions:
@@ -150,7 +159,7 @@ class TransactionCoordinator:
                 with p.log.lock:
                     p.log.txn_members[producer_id] = epoch
                 meta.partitions.add(tp)
-            return {tp: ec.NONE for tp in partitions}
+            return {tp: NO_ERROR for tp in partitions}
 
     def _begin(self, meta: TxnMetadata) -> None:
         if meta.state != ONGOING:
@@ -164,7 +173,7 @@ class TransactionCoordinator:
                 return error
             self._begin(meta)
             meta.groups.add(group)
-            return ec.NONE
+            return NO_ERROR
 
     def txn_offset_commit(self, transactional_id: str, group: str, producer_id: int, epoch: int,
                           offsets: Dict[TopicPartition, Tuple[int, Optional[str]]],
@@ -174,15 +183,15 @@ class TransactionCoordinator:
             if meta is None:
                 return {tp: error for tp in offsets}
             if meta.state != ONGOING or group not in meta.groups:
-                return {tp: ec.INVALID_TXN_STATE for tp in offsets}
+                return {tp: InvalidTxnStateError.code for tp in offsets}
             result: Dict[TopicPartition, int] = {}
             pending = meta.pending_offsets.setdefault(group, {})
             for tp, value in offsets.items():
                 if self._state.partition(*tp) is None:
-                    result[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
+                    result[tp] = UnknownTopicOrPartitionError.code
                 else:
                     pending[tp] = value
-                    result[tp] = ec.NONE
+                    result[tp] = NO_ERROR
             return result
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, version: int) -> int:
@@ -192,10 +201,10 @@ class TransactionCoordinator:
                 return error
             if meta.state == ONGOING:
                 self._complete(meta, commit)
-                return ec.NONE
+                return NO_ERROR
             if (meta.state == COMPLETE_COMMIT and commit) or (meta.state == COMPLETE_ABORT and not commit):
-                return ec.NONE  # a retry of the EndTxn that completed it
-            return ec.INVALID_TXN_STATE
+                return NO_ERROR  # a retry of the EndTxn that completed it
+            return InvalidTxnStateError.code
 
     def describe(self, transactional_id: str) -> Optional[TxnMetadata]:
         with self._lock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import error_codes as ec
+from ..protocol.errors import NO_ERROR, InvalidRequestError, NotCoordinatorError, OperationNotAttemptedError
 from .request_channel import Request
 
 if TYPE_CHECKING:
@@ -28,11 +28,11 @@ def handle_init_producer_id(apis: "KafkaApis", request: Request) -> "Result":
     if injected:
         return answer(injected)
     if txn_id is None:
-        return answer(ec.NONE, apis.state.next_producer_id(), 0)
+        return answer(NO_ERROR, apis.state.next_producer_id(), 0)
     if not txn_id:
-        return answer(ec.INVALID_REQUEST)
+        return answer(InvalidRequestError.code)
     if not apis.is_coordinator(txn_id):
-        return answer(ec.NOT_COORDINATOR)
+        return answer(NotCoordinatorError.code)
     error, pid, epoch = apis.txn.init_producer_id(
         txn_id, body["transaction_timeout_ms"], body["producer_id"], body["producer_epoch"], request.version
     )
@@ -46,9 +46,9 @@ def handle_add_partitions_to_txn(apis: "KafkaApis", request: Request) -> "Result
     injected = {tp: apis.faults.take_error("add_partitions_to_txn") for tp in wanted}
     codes: Dict[TopicPartition, int]
     if any(injected.values()):
-        codes = {tp: code or ec.OPERATION_NOT_ATTEMPTED for tp, code in injected.items()}
+        codes = {tp: code or OperationNotAttemptedError.code for tp, code in injected.items()}
     elif not apis.is_coordinator(body["transactional_id"]):
-        codes = {tp: ec.NOT_COORDINATOR for tp in wanted}
+        codes = {tp: NotCoordinatorError.code for tp in wanted}
     else:
         codes = apis.txn.add_partitions(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], wanted, request.version
@@ -68,7 +68,7 @@ def handle_add_offsets_to_txn(apis: "KafkaApis", request: Request) -> "Result":
     error = apis.faults.take_error("add_offsets_to_txn")
     if not error:
         if not apis.is_coordinator(body["transactional_id"]):
-            error = ec.NOT_COORDINATOR
+            error = NotCoordinatorError.code
         else:
             error = apis.txn.add_offsets(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"],
@@ -83,7 +83,7 @@ def handle_end_txn(apis: "KafkaApis", request: Request) -> "Result":
     error = apis.faults.take_error("end_txn")
     if not error:
         if not apis.is_coordinator(body["transactional_id"]):
-            error = ec.NOT_COORDINATOR
+            error = NotCoordinatorError.code
         else:
             error = apis.txn.end_txn(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"],
@@ -103,7 +103,7 @@ def handle_txn_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
     codes: Dict[TopicPartition, int] = {tp: code for tp, code in injected.items() if code}
     rest = {tp: value for tp, value in offsets.items() if tp not in codes}
     if rest and not apis.is_coordinator(body["group_id"]):
-        codes.update({tp: ec.NOT_COORDINATOR for tp in rest})
+        codes.update({tp: NotCoordinatorError.code for tp in rest})
     elif rest:
         codes.update(apis.txn.txn_offset_commit(
             body["transactional_id"], body["group_id"], body["producer_id"], body["producer_epoch"], rest,

@@ -2,18 +2,72 @@
 
 Every error code a broker can put in a response has a class here, named after the code in CamelCase
 with an ``Error`` suffix (``NOT_LEADER_OR_FOLLOWER`` is :class:`NotLeaderOrFollowerError`). Each class
-carries the Kafka ``code``, the upper-case Kafka ``name``, whether Kafka's own client treats it as
-``retriable`` (the Java exception extends ``RetriableException``) and Kafka's ``default_message``.
+carries the Kafka ``code``, the upper-case Kafka ``name``, Kafka's ``default_message`` and the
+category flags below, all copied from its row of :data:`ERROR_TABLE`.
 
 * :func:`error_for_code` turns a response's ``error_code`` (and optional ``error_message``) into an
   exception instance; a code this client does not know gives an :class:`UnknownKafkaError`.
+* :func:`error_class_for_code` gives the class, so ``error_class_for_code(code).invalid_metadata``
+  answers a category question without making an exception.
 * :data:`ERROR_TABLE` is the table the classes are built from: ``(code, name, class_name, retriable,
-  message)``, codes -1 and 1..135 with no gaps (0 is ``NONE``, i.e. success, and has no class).
+  message)`` and the category columns, codes -1 and 1..135 with no gaps (0 is ``NONE``, i.e.
+  success, and has no class).
 * :class:`ProtocolError` is raised by this client for malformed wire data; it has no broker code.
+* :data:`NO_ERROR` is code 0 (``NONE``, success). Outside this package, compare error codes with
+  ``NO_ERROR`` and the classes' ``code`` (``NotCoordinatorError.code``), never with bare numbers.
+
+Category columns (class attributes of every error; all False on :class:`KafkaError`, so any
+kproducer error can be asked, and on :class:`UnknownKafkaError`). What the client does with each,
+and where Apache Kafka's Java client (the source of truth) decides it:
+
+``retriable``
+    Retrying the same request later may succeed; the producer retries such a batch or request until
+    ``delivery.timeout.ms``/its time limit. Java: the exception extends ``RetriableException``
+    (``Sender.canRetry``, ``TransactionManager.TxnRequestHandler``: ``instanceof RetriableException``).
+``invalid_metadata``
+    The client's cluster metadata is stale: request a metadata refresh (and retry, as all of these
+    are also retriable). Java: the exception extends ``InvalidMetadataException``; ``Sender.completeBatch``
+    calls ``metadata.requestUpdate`` for exactly those. Codes 3, 5, 6, 9, 13 (NETWORK_EXCEPTION), 56
+    (KAFKA_STORAGE_ERROR), 72, 74, 80, 83, 84, 100, 103. Not UNKNOWN_LEADER_EPOCH (75) nor
+    NOT_CONTROLLER (41): their Java exceptions extend ``RetriableException`` only.
+``coordinator_moved``
+    The transaction (or group) coordinator must be looked up again (FindCoordinator) before the
+    request is retried. Java: every ``TransactionManager`` handler tests ``error ==
+    COORDINATOR_NOT_AVAILABLE || error == NOT_COORDINATOR`` and calls ``lookupCoordinator``.
+    COORDINATOR_LOAD_IN_PROGRESS is only retriable (same coordinator, try later).
+``fenced``
+    Another producer with the same ``transactional.id`` (a newer epoch) has fenced this one: the
+    producer can only be closed. Java: PRODUCER_FENCED, and INVALID_PRODUCER_EPOCH in a response
+    from the transaction coordinator, which every ``TransactionManager`` handler turns into
+    ``ProducerFencedException`` and ``fatalError``. Caveat: INVALID_PRODUCER_EPOCH in a *produce*
+    response is not fatal in Java (KIP-588: ``InvalidProducerEpochException`` is not in
+    ``maybeTransitionToErrorState``'s fatal list, so the transaction becomes abortable).
+``txn_fatal``
+    Fatal for a transactional producer: the transaction manager enters its fatal state and every
+    later transactional call raises this error. Java ``transitionToFatalError`` cases: the fenced
+    codes, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_TXN_STATE (AddPartitionsToTxn, EndTxn,
+    AddOffsetsToTxn), UNSUPPORTED_FOR_MESSAGE_FORMAT (TxnOffsetCommit), and, from
+    ``maybeTransitionToErrorState`` (failed produce batches), CLUSTER_AUTHORIZATION_FAILED and
+    UNSUPPORTED_VERSION. For a failed *produce* batch Java's fatal list is narrower (31, 35, 53, 90):
+    any other error of a batch in a transaction makes the transaction abortable. (Java's
+    InitProducerId handler treats 31 and 53 as abortable too.)
+``txn_abortable``
+    The open transaction must be aborted, after which the producer can go on (Java ``ABORTABLE_ERROR``
+    state, ``transitionToAbortableError``): TRANSACTION_ABORTABLE (Java's
+    ``TransactionAbortableException``), TOPIC_AUTHORIZATION_FAILED (AddPartitionsToTxn, produce),
+    GROUP_AUTHORIZATION_FAILED (FindCoordinator, AddOffsetsToTxn, TxnOffsetCommit), UNKNOWN_MEMBER_ID,
+    ILLEGAL_GENERATION and FENCED_INSTANCE_ID (TxnOffsetCommit), UNKNOWN_PRODUCER_ID and
+    INVALID_PRODUCER_ID_MAPPING (``abortableErrorIfPossible``: abortable when the broker can bump the
+    epoch, InitProducerId v3+, fatal otherwise). ``txn_fatal`` and ``txn_abortable`` never overlap.
+``authentication`` (a column of the table only)
+    The Java exception extends ``AuthenticationException``; the class derives from
+    :class:`AuthenticationError` as well, so ``isinstance(err, AuthenticationError)`` is the test.
 
 The table follows Apache Kafka's ``org.apache.kafka.common.protocol.Errors`` as of Kafka 4.4.
-Only the standard library is imported here; :mod:`kproducer.errors` re-exports all of it and adds
-the client-side errors (timeouts, configuration, closed producer, ...).
+The classes and ``__all__`` below the table are written by ``tools/gen_errors.py`` from it
+(``tests/unit/test_errors.py`` runs it in check mode). Only the standard library is imported here;
+:mod:`kproducer.errors` re-exports all of it and adds the client-side errors (timeouts,
+configuration, closed producer, ...).
 """
 from __future__ import annotations
 
@@ -22,15 +76,13 @@ from typing import Dict, NamedTuple, Optional, Tuple, Type
 __all__ = [
     "ErrorSpec",
     "ERROR_TABLE",
-    "ERROR_CLASSES",
     "MAX_KNOWN_ERROR_CODE",
+    "NO_ERROR",
     "KafkaError",
     "ProtocolError",
     "AuthenticationError",
     "BrokerResponseError",
     "UnknownKafkaError",
-    "error_for_code",
-    "error_class_for_code",
     "UnknownServerError",
     "OffsetOutOfRangeError",
     "CorruptMessageError",
@@ -169,17 +221,29 @@ __all__ = [
     "StreamsTopologyDescriptionUpdateFailedError",
     "RecordTooLargeError",
     "NotLeaderForPartitionError",
+    "ERROR_CLASSES",
+    "error_class_for_code",
+    "error_for_code",
 ]
 
 
 class ErrorSpec(NamedTuple):
-    """One row of :data:`ERROR_TABLE`."""
+    """One row of :data:`ERROR_TABLE`; the category columns are described in the module docstring.
+
+    The category columns default to False, so a row names only the categories its code is in.
+    """
 
     code: int
     name: str
     class_name: str
     retriable: bool
     message: str
+    invalid_metadata: bool = False
+    coordinator_moved: bool = False
+    fenced: bool = False
+    txn_fatal: bool = False
+    txn_abortable: bool = False
+    authentication: bool = False
 
 
 # fmt: off
@@ -199,18 +263,21 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         3, "UNKNOWN_TOPIC_OR_PARTITION", "UnknownTopicOrPartitionError", True,
-        "This server does not host this topic-partition."
+        "This server does not host this topic-partition.",
+        invalid_metadata=True,
     ),
     ErrorSpec(4, "INVALID_FETCH_SIZE", "InvalidFetchSizeError", False, "The requested fetch size is invalid."),
     ErrorSpec(
         5, "LEADER_NOT_AVAILABLE", "LeaderNotAvailableError", True,
-        "There is no leader for this topic-partition as we are in the middle of a leadership election."
+        "There is no leader for this topic-partition as we are in the middle of a leadership election.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         6, "NOT_LEADER_OR_FOLLOWER", "NotLeaderOrFollowerError", True,
         "For requests intended only for the leader, this error indicates that the broker is not the current "
         "leader. For requests intended for any replica, this error indicates that the broker is not a replica "
-        "of the topic partition."
+        "of the topic partition.",
+        invalid_metadata=True,
     ),
     ErrorSpec(7, "REQUEST_TIMED_OUT", "RequestTimedOutError", True, "The request timed out."),
     ErrorSpec(8, "BROKER_NOT_AVAILABLE", "BrokerNotAvailableError", False, "The broker is not available."),
@@ -218,7 +285,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
         9, "REPLICA_NOT_AVAILABLE", "ReplicaNotAvailableError", True,
         "The replica is not available for the requested topic-partition. Produce/Fetch requests and other "
         "requests intended only for the leader or follower return NOT_LEADER_OR_FOLLOWER if the broker is not "
-        "a replica of the topic-partition."
+        "a replica of the topic-partition.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         10, "MESSAGE_TOO_LARGE", "MessageTooLargeError", False,
@@ -234,7 +302,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         13, "NETWORK_EXCEPTION", "NetworkError", True,
-        "The server disconnected before a response was received."
+        "The server disconnected before a response was received.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         14, "COORDINATOR_LOAD_IN_PROGRESS", "CoordinatorLoadInProgressError", True,
@@ -242,9 +311,14 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         15, "COORDINATOR_NOT_AVAILABLE", "CoordinatorNotAvailableError", True,
-        "The coordinator is not available."
+        "The coordinator is not available.",
+        coordinator_moved=True,
     ),
-    ErrorSpec(16, "NOT_COORDINATOR", "NotCoordinatorError", True, "This is not the correct coordinator."),
+    ErrorSpec(
+        16, "NOT_COORDINATOR", "NotCoordinatorError", True,
+        "This is not the correct coordinator.",
+        coordinator_moved=True,
+    ),
     ErrorSpec(
         17, "INVALID_TOPIC_EXCEPTION", "InvalidTopicError", False,
         "The request attempted to perform an operation on an invalid topic."
@@ -267,7 +341,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         22, "ILLEGAL_GENERATION", "IllegalGenerationError", False,
-        "Specified group generation id is not valid."
+        "Specified group generation id is not valid.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         23, "INCONSISTENT_GROUP_PROTOCOL", "InconsistentGroupProtocolError", False,
@@ -277,7 +352,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ErrorSpec(24, "INVALID_GROUP_ID", "InvalidGroupIdError", False, "The group id is invalid."),
     ErrorSpec(
         25, "UNKNOWN_MEMBER_ID", "UnknownMemberIdError", False,
-        "The coordinator is not aware of this member."
+        "The coordinator is not aware of this member.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         26, "INVALID_SESSION_TIMEOUT", "InvalidSessionTimeoutError", False,
@@ -294,15 +370,18 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         29, "TOPIC_AUTHORIZATION_FAILED", "TopicAuthorizationFailedError", False,
-        "Topic authorization failed."
+        "Topic authorization failed.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         30, "GROUP_AUTHORIZATION_FAILED", "GroupAuthorizationFailedError", False,
-        "Group authorization failed."
+        "Group authorization failed.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         31, "CLUSTER_AUTHORIZATION_FAILED", "ClusterAuthorizationFailedError", False,
-        "Cluster authorization failed."
+        "Cluster authorization failed.",
+        txn_fatal=True,
     ),
     ErrorSpec(
         32, "INVALID_TIMESTAMP", "InvalidTimestampError", False,
@@ -310,15 +389,18 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         33, "UNSUPPORTED_SASL_MECHANISM", "UnsupportedSaslMechanismError", False,
-        "The broker does not support the requested SASL mechanism."
+        "The broker does not support the requested SASL mechanism.",
+        authentication=True,
     ),
     ErrorSpec(
         34, "ILLEGAL_SASL_STATE", "IllegalSaslStateError", False,
-        "Request is not valid given the current SASL state."
+        "Request is not valid given the current SASL state.",
+        authentication=True,
     ),
     ErrorSpec(
         35, "UNSUPPORTED_VERSION", "UnsupportedVersionError", False,
-        "The version of API is not supported."
+        "The version of API is not supported.",
+        txn_fatal=True,
     ),
     ErrorSpec(
         36, "TOPIC_ALREADY_EXISTS", "TopicAlreadyExistsError", False,
@@ -345,7 +427,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", "UnsupportedForMessageFormatError", False,
-        "The message format version on the broker does not support the request."
+        "The message format version on the broker does not support the request.",
+        txn_fatal=True,
     ),
     ErrorSpec(
         44, "POLICY_VIOLATION", "PolicyViolationError", False,
@@ -361,15 +444,18 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         47, "INVALID_PRODUCER_EPOCH", "InvalidProducerEpochError", False,
-        "Producer attempted to produce with an old epoch."
+        "Producer attempted to produce with an old epoch.",
+        fenced=True, txn_fatal=True,
     ),
     ErrorSpec(
         48, "INVALID_TXN_STATE", "InvalidTxnStateError", False,
-        "The producer attempted a transactional operation in an invalid state."
+        "The producer attempted a transactional operation in an invalid state.",
+        txn_fatal=True,
     ),
     ErrorSpec(
         49, "INVALID_PRODUCER_ID_MAPPING", "InvalidProducerIdMappingError", False,
-        "The producer attempted to use a producer id which is not currently assigned to its transactional id."
+        "The producer attempted to use a producer id which is not currently assigned to its transactional id.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         50, "INVALID_TRANSACTION_TIMEOUT", "InvalidTransactionTimeoutError", False,
@@ -388,7 +474,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "TransactionalIdAuthorizationFailedError", False,
-        "Transactional Id authorization failed."
+        "Transactional Id authorization failed.",
+        txn_fatal=True,
     ),
     ErrorSpec(54, "SECURITY_DISABLED", "SecurityDisabledError", False, "Security features are disabled."),
     ErrorSpec(
@@ -398,7 +485,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         56, "KAFKA_STORAGE_ERROR", "KafkaStorageError", True,
-        "Disk error when trying to access log file on the disk."
+        "Disk error when trying to access log file on the disk.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         57, "LOG_DIR_NOT_FOUND", "LogDirNotFoundError", False,
@@ -406,7 +494,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         58, "SASL_AUTHENTICATION_FAILED", "SaslAuthenticationFailedError", False,
-        "SASL Authentication failed."
+        "SASL Authentication failed.",
+        authentication=True,
     ),
     ErrorSpec(
         59, "UNKNOWN_PRODUCER_ID", "UnknownProducerIdError", False,
@@ -414,7 +503,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
         "the producerId in question. This could happen if, for instance, the producer's records were deleted "
         "because their retention time had elapsed. Once the last records of the producerId are removed, the "
         "producer's metadata is removed from the broker, and future appends by the producer will return this "
-        "exception."
+        "exception.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         60, "REASSIGNMENT_IN_PROGRESS", "ReassignmentInProgressError", False,
@@ -462,7 +552,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ErrorSpec(
         72, "LISTENER_NOT_FOUND", "ListenerNotFoundError", True,
         "There is no listener on the leader broker that matches the listener on which metadata request was "
-        "processed."
+        "processed.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         73, "TOPIC_DELETION_DISABLED", "TopicDeletionDisabledError", False,
@@ -470,7 +561,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         74, "FENCED_LEADER_EPOCH", "FencedLeaderEpochError", True,
-        "The leader epoch in the request is older than the epoch on the broker."
+        "The leader epoch in the request is older than the epoch on the broker.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         75, "UNKNOWN_LEADER_EPOCH", "UnknownLeaderEpochError", True,
@@ -492,7 +584,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         80, "PREFERRED_LEADER_NOT_AVAILABLE", "PreferredLeaderNotAvailableError", True,
-        "The preferred leader was not available."
+        "The preferred leader was not available.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         81, "GROUP_MAX_SIZE_REACHED", "GroupMaxSizeReachedError", False,
@@ -501,15 +594,18 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ErrorSpec(
         82, "FENCED_INSTANCE_ID", "FencedInstanceIdError", False,
         "The broker rejected this static consumer since another consumer with the same group.instance.id has "
-        "registered with a different member.id."
+        "registered with a different member.id.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", "EligibleLeadersNotAvailableError", True,
-        "Eligible topic partition leaders are not available."
+        "Eligible topic partition leaders are not available.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         84, "ELECTION_NOT_NEEDED", "ElectionNotNeededError", True,
-        "Leader election not needed for topic partition."
+        "Leader election not needed for topic partition.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         85, "NO_REASSIGNMENT_IN_PROGRESS", "NoReassignmentInProgressError", False,
@@ -533,7 +629,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         90, "PRODUCER_FENCED", "ProducerFencedError", False,
-        "There is a newer producer with the same transactionalId which fences the current one."
+        "There is a newer producer with the same transactionalId which fences the current one.",
+        fenced=True, txn_fatal=True,
     ),
     ErrorSpec(
         91, "RESOURCE_NOT_FOUND", "ResourceNotFoundError", False,
@@ -570,7 +667,11 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
         99, "POSITION_OUT_OF_RANGE", "PositionOutOfRangeError", False,
         "Requested position is not greater than or equal to zero, and less than the size of the snapshot."
     ),
-    ErrorSpec(100, "UNKNOWN_TOPIC_ID", "UnknownTopicIdError", True, "This server does not host this topic ID."),
+    ErrorSpec(
+        100, "UNKNOWN_TOPIC_ID", "UnknownTopicIdError", True,
+        "This server does not host this topic ID.",
+        invalid_metadata=True,
+    ),
     ErrorSpec(
         101, "DUPLICATE_BROKER_REGISTRATION", "DuplicateBrokerRegistrationError", False,
         "This broker ID is already in use."
@@ -581,7 +682,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ),
     ErrorSpec(
         103, "INCONSISTENT_TOPIC_ID", "InconsistentTopicIdError", True,
-        "The log's topic ID did not match the topic ID in the request."
+        "The log's topic ID did not match the topic ID in the request.",
+        invalid_metadata=True,
     ),
     ErrorSpec(
         104, "INCONSISTENT_CLUSTER_ID", "InconsistentClusterIdError", False,
@@ -652,7 +754,8 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
     ErrorSpec(
         120, "TRANSACTION_ABORTABLE", "TransactionAbortableError", False,
         "The server encountered an error with the transaction. The client can abort the transaction to "
-        "continue using this transactional ID."
+        "continue using this transactional ID.",
+        txn_abortable=True,
     ),
     ErrorSpec(
         121, "INVALID_RECORD_STATE", "InvalidRecordStateError", False,
@@ -719,6 +822,10 @@ ERROR_TABLE: Tuple[ErrorSpec, ...] = (
 
 MAX_KNOWN_ERROR_CODE = 135
 
+NO_ERROR = 0
+"""Kafka's error code 0 (``NONE``): the request succeeded. It has no error class; compare a response's
+``error_code`` with this (or with an error class's ``code``) rather than with a bare number."""
+
 _SPECS_BY_CODE: Dict[int, ErrorSpec] = {spec.code: spec for spec in ERROR_TABLE}
 _REGISTRY: Dict[int, Type[BrokerResponseError]] = {}
 
@@ -738,6 +845,11 @@ class KafkaError(Exception):
     code: int = -1
     name: str = "KAFKA_ERROR"
     retriable: bool = False
+    invalid_metadata: bool = False
+    coordinator_moved: bool = False
+    fenced: bool = False
+    txn_fatal: bool = False
+    txn_abortable: bool = False
     default_message: str = "An error occurred in the Kafka client."
 
     message: str
@@ -796,9 +908,16 @@ class BrokerResponseError(KafkaError):
             raise TypeError(f"error code {code} belongs to {spec.class_name}, not {cls.__name__}")
         if code in _REGISTRY:
             raise TypeError(f"error code {code} already has a class: {_REGISTRY[code].__name__}")
+        if spec.authentication != issubclass(cls, AuthenticationError):
+            raise TypeError(f"{cls.__name__}: AuthenticationError base does not match ERROR_TABLE")
         cls.code = spec.code
         cls.name = spec.name
         cls.retriable = spec.retriable
+        cls.invalid_metadata = spec.invalid_metadata
+        cls.coordinator_moved = spec.coordinator_moved
+        cls.fenced = spec.fenced
+        cls.txn_fatal = spec.txn_fatal
+        cls.txn_abortable = spec.txn_abortable
         cls.default_message = spec.message
         _REGISTRY[code] = cls
 
@@ -829,7 +948,11 @@ class UnknownKafkaError(BrokerResponseError):
 
 
 # --------------------------------------------------------------------------------------------
-# one class per Kafka error code (generated from ERROR_TABLE; keep the two in step)
+# one class per Kafka error code, generated from ERROR_TABLE by tools/gen_errors.py (as is __all__):
+# edit the table, then run `python tools/gen_errors.py`; tests/unit/test_errors.py runs it with
+# --check and fails while the two are out of step. Do not edit between the BEGIN and END lines.
+
+# BEGIN GENERATED ERROR CLASSES
 
 
 class UnknownServerError(BrokerResponseError, code=-1):
@@ -845,7 +968,7 @@ class CorruptMessageError(BrokerResponseError, code=2):
 
 
 class UnknownTopicOrPartitionError(BrokerResponseError, code=3):
-    """UNKNOWN_TOPIC_OR_PARTITION (code 3, retriable)."""
+    """UNKNOWN_TOPIC_OR_PARTITION (code 3, retriable; invalid metadata)."""
 
 
 class InvalidFetchSizeError(BrokerResponseError, code=4):
@@ -853,11 +976,11 @@ class InvalidFetchSizeError(BrokerResponseError, code=4):
 
 
 class LeaderNotAvailableError(BrokerResponseError, code=5):
-    """LEADER_NOT_AVAILABLE (code 5, retriable)."""
+    """LEADER_NOT_AVAILABLE (code 5, retriable; invalid metadata)."""
 
 
 class NotLeaderOrFollowerError(BrokerResponseError, code=6):
-    """NOT_LEADER_OR_FOLLOWER (code 6, retriable)."""
+    """NOT_LEADER_OR_FOLLOWER (code 6, retriable; invalid metadata)."""
 
 
 class RequestTimedOutError(BrokerResponseError, code=7):
@@ -869,7 +992,7 @@ class BrokerNotAvailableError(BrokerResponseError, code=8):
 
 
 class ReplicaNotAvailableError(BrokerResponseError, code=9):
-    """REPLICA_NOT_AVAILABLE (code 9, retriable)."""
+    """REPLICA_NOT_AVAILABLE (code 9, retriable; invalid metadata)."""
 
 
 class MessageTooLargeError(BrokerResponseError, code=10):
@@ -885,7 +1008,7 @@ class OffsetMetadataTooLargeError(BrokerResponseError, code=12):
 
 
 class NetworkError(BrokerResponseError, code=13):
-    """NETWORK_EXCEPTION (code 13, retriable)."""
+    """NETWORK_EXCEPTION (code 13, retriable; invalid metadata)."""
 
 
 class CoordinatorLoadInProgressError(BrokerResponseError, code=14):
@@ -893,11 +1016,11 @@ class CoordinatorLoadInProgressError(BrokerResponseError, code=14):
 
 
 class CoordinatorNotAvailableError(BrokerResponseError, code=15):
-    """COORDINATOR_NOT_AVAILABLE (code 15, retriable)."""
+    """COORDINATOR_NOT_AVAILABLE (code 15, retriable; coordinator moved)."""
 
 
 class NotCoordinatorError(BrokerResponseError, code=16):
-    """NOT_COORDINATOR (code 16, retriable)."""
+    """NOT_COORDINATOR (code 16, retriable; coordinator moved)."""
 
 
 class InvalidTopicError(BrokerResponseError, code=17):
@@ -921,7 +1044,7 @@ class InvalidRequiredAcksError(BrokerResponseError, code=21):
 
 
 class IllegalGenerationError(BrokerResponseError, code=22):
-    """ILLEGAL_GENERATION (code 22, not retriable)."""
+    """ILLEGAL_GENERATION (code 22, not retriable; aborts the transaction)."""
 
 
 class InconsistentGroupProtocolError(BrokerResponseError, code=23):
@@ -933,7 +1056,7 @@ class InvalidGroupIdError(BrokerResponseError, code=24):
 
 
 class UnknownMemberIdError(BrokerResponseError, code=25):
-    """UNKNOWN_MEMBER_ID (code 25, not retriable)."""
+    """UNKNOWN_MEMBER_ID (code 25, not retriable; aborts the transaction)."""
 
 
 class InvalidSessionTimeoutError(BrokerResponseError, code=26):
@@ -949,15 +1072,15 @@ class InvalidCommitOffsetSizeError(BrokerResponseError, code=28):
 
 
 class TopicAuthorizationFailedError(BrokerResponseError, code=29):
-    """TOPIC_AUTHORIZATION_FAILED (code 29, not retriable)."""
+    """TOPIC_AUTHORIZATION_FAILED (code 29, not retriable; aborts the transaction)."""
 
 
 class GroupAuthorizationFailedError(BrokerResponseError, code=30):
-    """GROUP_AUTHORIZATION_FAILED (code 30, not retriable)."""
+    """GROUP_AUTHORIZATION_FAILED (code 30, not retriable; aborts the transaction)."""
 
 
 class ClusterAuthorizationFailedError(BrokerResponseError, code=31):
-    """CLUSTER_AUTHORIZATION_FAILED (code 31, not retriable)."""
+    """CLUSTER_AUTHORIZATION_FAILED (code 31, not retriable; fatal for transactions)."""
 
 
 class InvalidTimestampError(BrokerResponseError, code=32):
@@ -965,15 +1088,15 @@ class InvalidTimestampError(BrokerResponseError, code=32):
 
 
 class UnsupportedSaslMechanismError(BrokerResponseError, AuthenticationError, code=33):
-    """UNSUPPORTED_SASL_MECHANISM (code 33, not retriable)."""
+    """UNSUPPORTED_SASL_MECHANISM (code 33, not retriable; authentication)."""
 
 
 class IllegalSaslStateError(BrokerResponseError, AuthenticationError, code=34):
-    """ILLEGAL_SASL_STATE (code 34, not retriable)."""
+    """ILLEGAL_SASL_STATE (code 34, not retriable; authentication)."""
 
 
 class UnsupportedVersionError(BrokerResponseError, code=35):
-    """UNSUPPORTED_VERSION (code 35, not retriable)."""
+    """UNSUPPORTED_VERSION (code 35, not retriable; fatal for transactions)."""
 
 
 class TopicAlreadyExistsError(BrokerResponseError, code=36):
@@ -1005,7 +1128,7 @@ class InvalidRequestError(BrokerResponseError, code=42):
 
 
 class UnsupportedForMessageFormatError(BrokerResponseError, code=43):
-    """UNSUPPORTED_FOR_MESSAGE_FORMAT (code 43, not retriable)."""
+    """UNSUPPORTED_FOR_MESSAGE_FORMAT (code 43, not retriable; fatal for transactions)."""
 
 
 class PolicyViolationError(BrokerResponseError, code=44):
@@ -1021,15 +1144,15 @@ class DuplicateSequenceNumberError(BrokerResponseError, code=46):
 
 
 class InvalidProducerEpochError(BrokerResponseError, code=47):
-    """INVALID_PRODUCER_EPOCH (code 47, not retriable)."""
+    """INVALID_PRODUCER_EPOCH (code 47, not retriable; fenced, fatal for transactions)."""
 
 
 class InvalidTxnStateError(BrokerResponseError, code=48):
-    """INVALID_TXN_STATE (code 48, not retriable)."""
+    """INVALID_TXN_STATE (code 48, not retriable; fatal for transactions)."""
 
 
 class InvalidProducerIdMappingError(BrokerResponseError, code=49):
-    """INVALID_PRODUCER_ID_MAPPING (code 49, not retriable)."""
+    """INVALID_PRODUCER_ID_MAPPING (code 49, not retriable; aborts the transaction)."""
 
 
 class InvalidTransactionTimeoutError(BrokerResponseError, code=50):
@@ -1045,7 +1168,7 @@ class TransactionCoordinatorFencedError(BrokerResponseError, code=52):
 
 
 class TransactionalIdAuthorizationFailedError(BrokerResponseError, code=53):
-    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED (code 53, not retriable)."""
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED (code 53, not retriable; fatal for transactions)."""
 
 
 class SecurityDisabledError(BrokerResponseError, code=54):
@@ -1057,7 +1180,7 @@ class OperationNotAttemptedError(BrokerResponseError, code=55):
 
 
 class KafkaStorageError(BrokerResponseError, code=56):
-    """KAFKA_STORAGE_ERROR (code 56, retriable)."""
+    """KAFKA_STORAGE_ERROR (code 56, retriable; invalid metadata)."""
 
 
 class LogDirNotFoundError(BrokerResponseError, code=57):
@@ -1065,11 +1188,11 @@ class LogDirNotFoundError(BrokerResponseError, code=57):
 
 
 class SaslAuthenticationFailedError(BrokerResponseError, AuthenticationError, code=58):
-    """SASL_AUTHENTICATION_FAILED (code 58, not retriable)."""
+    """SASL_AUTHENTICATION_FAILED (code 58, not retriable; authentication)."""
 
 
 class UnknownProducerIdError(BrokerResponseError, code=59):
-    """UNKNOWN_PRODUCER_ID (code 59, not retriable)."""
+    """UNKNOWN_PRODUCER_ID (code 59, not retriable; aborts the transaction)."""
 
 
 class ReassignmentInProgressError(BrokerResponseError, code=60):
@@ -1121,7 +1244,7 @@ class InvalidFetchSessionEpochError(BrokerResponseError, code=71):
 
 
 class ListenerNotFoundError(BrokerResponseError, code=72):
-    """LISTENER_NOT_FOUND (code 72, retriable)."""
+    """LISTENER_NOT_FOUND (code 72, retriable; invalid metadata)."""
 
 
 class TopicDeletionDisabledError(BrokerResponseError, code=73):
@@ -1129,7 +1252,7 @@ class TopicDeletionDisabledError(BrokerResponseError, code=73):
 
 
 class FencedLeaderEpochError(BrokerResponseError, code=74):
-    """FENCED_LEADER_EPOCH (code 74, retriable)."""
+    """FENCED_LEADER_EPOCH (code 74, retriable; invalid metadata)."""
 
 
 class UnknownLeaderEpochError(BrokerResponseError, code=75):
@@ -1153,7 +1276,7 @@ class MemberIdRequiredError(BrokerResponseError, code=79):
 
 
 class PreferredLeaderNotAvailableError(BrokerResponseError, code=80):
-    """PREFERRED_LEADER_NOT_AVAILABLE (code 80, retriable)."""
+    """PREFERRED_LEADER_NOT_AVAILABLE (code 80, retriable; invalid metadata)."""
 
 
 class GroupMaxSizeReachedError(BrokerResponseError, code=81):
@@ -1161,15 +1284,15 @@ class GroupMaxSizeReachedError(BrokerResponseError, code=81):
 
 
 class FencedInstanceIdError(BrokerResponseError, code=82):
-    """FENCED_INSTANCE_ID (code 82, not retriable)."""
+    """FENCED_INSTANCE_ID (code 82, not retriable; aborts the transaction)."""
 
 
 class EligibleLeadersNotAvailableError(BrokerResponseError, code=83):
-    """ELIGIBLE_LEADERS_NOT_AVAILABLE (code 83, retriable)."""
+    """ELIGIBLE_LEADERS_NOT_AVAILABLE (code 83, retriable; invalid metadata)."""
 
 
 class ElectionNotNeededError(BrokerResponseError, code=84):
-    """ELECTION_NOT_NEEDED (code 84, retriable)."""
+    """ELECTION_NOT_NEEDED (code 84, retriable; invalid metadata)."""
 
 
 class NoReassignmentInProgressError(BrokerResponseError, code=85):
@@ -1193,7 +1316,7 @@ class ThrottlingQuotaExceededError(BrokerResponseError, code=89):
 
 
 class ProducerFencedError(BrokerResponseError, code=90):
-    """PRODUCER_FENCED (code 90, not retriable)."""
+    """PRODUCER_FENCED (code 90, not retriable; fenced, fatal for transactions)."""
 
 
 class ResourceNotFoundError(BrokerResponseError, code=91):
@@ -1233,7 +1356,7 @@ class PositionOutOfRangeError(BrokerResponseError, code=99):
 
 
 class UnknownTopicIdError(BrokerResponseError, code=100):
-    """UNKNOWN_TOPIC_ID (code 100, retriable)."""
+    """UNKNOWN_TOPIC_ID (code 100, retriable; invalid metadata)."""
 
 
 class DuplicateBrokerRegistrationError(BrokerResponseError, code=101):
@@ -1245,7 +1368,7 @@ class BrokerIdNotRegisteredError(BrokerResponseError, code=102):
 
 
 class InconsistentTopicIdError(BrokerResponseError, code=103):
-    """INCONSISTENT_TOPIC_ID (code 103, retriable)."""
+    """INCONSISTENT_TOPIC_ID (code 103, retriable; invalid metadata)."""
 
 
 class InconsistentClusterIdError(BrokerResponseError, code=104):
@@ -1313,7 +1436,7 @@ class InvalidRegistrationError(BrokerResponseError, code=119):
 
 
 class TransactionAbortableError(BrokerResponseError, code=120):
-    """TRANSACTION_ABORTABLE (code 120, not retriable)."""
+    """TRANSACTION_ABORTABLE (code 120, not retriable; aborts the transaction)."""
 
 
 class InvalidRecordStateError(BrokerResponseError, code=121):
@@ -1375,6 +1498,8 @@ class GroupDeletionFailedError(BrokerResponseError, code=134):
 class StreamsTopologyDescriptionUpdateFailedError(BrokerResponseError, code=135):
     """STREAMS_TOPOLOGY_DESCRIPTION_UPDATE_FAILED (code 135, not retriable)."""
 
+# END GENERATED ERROR CLASSES
+
 
 RecordTooLargeError = MessageTooLargeError  # Java's name: RecordTooLargeException
 NotLeaderForPartitionError = NotLeaderOrFollowerError  # the name of code 6 before Kafka 2.6
@@ -1400,7 +1525,7 @@ def error_class_for_code(code: int) -> Type[KafkaError]:
 
     Raises ValueError for 0 (``NONE``), which means success.
     """
-    if code == 0:
+    if code == NO_ERROR:
         raise ValueError("error code 0 (NONE) means success: it has no error class")
     return ERROR_CLASSES.get(code, UnknownKafkaError)
 
@@ -1411,7 +1536,7 @@ def error_for_code(code: int, message: Optional[str] = None) -> KafkaError:
     ``message`` is the broker's ``error_message`` (None or empty means Kafka's default message).
     Unknown codes give an :class:`UnknownKafkaError`. Raises ValueError for 0 (``NONE``).
     """
-    if code == 0:
+    if code == NO_ERROR:
         raise ValueError("error code 0 (NONE) means success: there is no error to make")
     cls = ERROR_CLASSES.get(code)
     if cls is None:

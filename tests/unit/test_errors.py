@@ -1,9 +1,15 @@
 """Kafka error table, error classes, lookups and the public kproducer.errors module."""
 from __future__ import annotations
 
+import ast
+import importlib.util
 import pickle
 import re
-from typing import Dict, Optional, Tuple, Type
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Dict, FrozenSet, List, Optional, Tuple, Type
 
 import pytest
 
@@ -56,6 +62,83 @@ JAVA_RETRIABLE_CODES = {
     100, 103, 106, 122, 123, 133,
 }
 
+# The category columns, checked against Apache Kafka's client sources (see the module docstring of
+# kproducer.protocol.errors for the Java code each one follows).
+EXPECTED_CATEGORIES: Dict[str, FrozenSet[int]] = {
+    # the Java exception extends InvalidMetadataException
+    "invalid_metadata": frozenset({3, 5, 6, 9, 13, 56, 72, 74, 80, 83, 84, 100, 103}),
+    # TransactionManager handlers: COORDINATOR_NOT_AVAILABLE || NOT_COORDINATOR -> lookupCoordinator
+    "coordinator_moved": frozenset({15, 16}),
+    # PRODUCER_FENCED, and INVALID_PRODUCER_EPOCH from the coordinator (turned into ProducerFencedException)
+    "fenced": frozenset({47, 90}),
+    # transitionToFatalError
+    "txn_fatal": frozenset({31, 35, 43, 47, 48, 53, 90}),
+    # transitionToAbortableError / abortableErrorIfPossible
+    "txn_abortable": frozenset({22, 25, 29, 30, 49, 59, 82, 120}),
+    # the Java exception extends AuthenticationException
+    "authentication": frozenset({33, 34, 58}),
+}
+CLASS_FLAGS = ("retriable", "invalid_metadata", "coordinator_moved", "fenced", "txn_fatal", "txn_abortable")
+
+# Every name `from kproducer.errors import ...` gave before kproducer/errors.py computed its __all__
+# (its hand-written list, taken from git): each must keep working.
+NAMES_EXPORTED_BEFORE = [
+    "ErrorSpec", "ERROR_TABLE", "ERROR_CLASSES", "MAX_KNOWN_ERROR_CODE", "KafkaError", "ProtocolError",
+    "AuthenticationError", "BrokerResponseError", "UnknownKafkaError", "error_for_code",
+    "error_class_for_code", "UnknownServerError", "OffsetOutOfRangeError", "CorruptMessageError",
+    "UnknownTopicOrPartitionError", "InvalidFetchSizeError", "LeaderNotAvailableError",
+    "NotLeaderOrFollowerError", "RequestTimedOutError", "BrokerNotAvailableError",
+    "ReplicaNotAvailableError", "MessageTooLargeError", "StaleControllerEpochError",
+    "OffsetMetadataTooLargeError", "NetworkError", "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError", "NotCoordinatorError", "InvalidTopicError",
+    "RecordListTooLargeError", "NotEnoughReplicasError", "NotEnoughReplicasAfterAppendError",
+    "InvalidRequiredAcksError", "IllegalGenerationError", "InconsistentGroupProtocolError",
+    "InvalidGroupIdError", "UnknownMemberIdError", "InvalidSessionTimeoutError",
+    "RebalanceInProgressError", "InvalidCommitOffsetSizeError", "TopicAuthorizationFailedError",
+    "GroupAuthorizationFailedError", "ClusterAuthorizationFailedError", "InvalidTimestampError",
+    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "UnsupportedVersionError",
+    "TopicAlreadyExistsError", "InvalidPartitionsError", "InvalidReplicationFactorError",
+    "InvalidReplicaAssignmentError", "InvalidConfigError", "NotControllerError", "InvalidRequestError",
+    "UnsupportedForMessageFormatError", "PolicyViolationError", "OutOfOrderSequenceNumberError",
+    "DuplicateSequenceNumberError", "InvalidProducerEpochError", "InvalidTxnStateError",
+    "InvalidProducerIdMappingError", "InvalidTransactionTimeoutError", "ConcurrentTransactionsError",
+    "TransactionCoordinatorFencedError", "TransactionalIdAuthorizationFailedError",
+    "SecurityDisabledError", "OperationNotAttemptedError", "KafkaStorageError", "LogDirNotFoundError",
+    "SaslAuthenticationFailedError", "UnknownProducerIdError", "ReassignmentInProgressError",
+    "DelegationTokenAuthDisabledError", "DelegationTokenNotFoundError",
+    "DelegationTokenOwnerMismatchError", "DelegationTokenRequestNotAllowedError",
+    "DelegationTokenAuthorizationFailedError", "DelegationTokenExpiredError",
+    "InvalidPrincipalTypeError", "NonEmptyGroupError", "GroupIdNotFoundError",
+    "FetchSessionIdNotFoundError", "InvalidFetchSessionEpochError", "ListenerNotFoundError",
+    "TopicDeletionDisabledError", "FencedLeaderEpochError", "UnknownLeaderEpochError",
+    "UnsupportedCompressionTypeError", "StaleBrokerEpochError", "OffsetNotAvailableError",
+    "MemberIdRequiredError", "PreferredLeaderNotAvailableError", "GroupMaxSizeReachedError",
+    "FencedInstanceIdError", "EligibleLeadersNotAvailableError", "ElectionNotNeededError",
+    "NoReassignmentInProgressError", "GroupSubscribedToTopicError", "InvalidRecordError",
+    "UnstableOffsetCommitError", "ThrottlingQuotaExceededError", "ProducerFencedError",
+    "ResourceNotFoundError", "DuplicateResourceError", "UnacceptableCredentialError",
+    "InconsistentVoterSetError", "InvalidUpdateVersionError", "FeatureUpdateFailedError",
+    "PrincipalDeserializationFailureError", "SnapshotNotFoundError", "PositionOutOfRangeError",
+    "UnknownTopicIdError", "DuplicateBrokerRegistrationError", "BrokerIdNotRegisteredError",
+    "InconsistentTopicIdError", "InconsistentClusterIdError", "TransactionalIdNotFoundError",
+    "FetchSessionTopicIdError", "IneligibleReplicaError", "NewLeaderElectedError",
+    "OffsetMovedToTieredStorageError", "FencedMemberEpochError", "UnreleasedInstanceIdError",
+    "UnsupportedAssignorError", "StaleMemberEpochError", "MismatchedEndpointTypeError",
+    "UnsupportedEndpointTypeError", "UnknownControllerIdError", "UnknownSubscriptionIdError",
+    "TelemetryTooLargeError", "InvalidRegistrationError", "TransactionAbortableError",
+    "InvalidRecordStateError", "ShareSessionNotFoundError", "InvalidShareSessionEpochError",
+    "FencedStateEpochError", "InvalidVoterKeyError", "DuplicateVoterError", "VoterNotFoundError",
+    "InvalidRegularExpressionError", "RebootstrapRequiredError", "StreamsInvalidTopologyError",
+    "StreamsInvalidTopologyEpochError", "StreamsTopologyFencedError", "ShareSessionLimitReachedError",
+    "GroupDeletionFailedError", "StreamsTopologyDescriptionUpdateFailedError", "RecordTooLargeError",
+    "NotLeaderForPartitionError", "KafkaTimeoutError", "BufferExhaustedError", "ConfigError",
+    "ProducerClosedError", "SerializationError", "KafkaConnectionError", "SslAuthenticationError",
+    "SecurityProtocolMismatchError", "NoBrokersAvailableError", "TransactionError",
+    "TransactionAbortedError", "IllegalStateError",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
 
 # --------------------------------------------------------------------------------------------
 # the table
@@ -95,12 +178,103 @@ def test_classes_match_the_table_and_are_module_attributes() -> None:
             spec.retriable,
             spec.message,
         )
+        for flag in CLASS_FLAGS:
+            assert getattr(cls, flag) is getattr(spec, flag), (spec.name, flag)
+        assert issubclass(cls, proto.AuthenticationError) is spec.authentication, spec.name
         assert spec.class_name in proto.__all__
 
 
 def test_retriable_set_is_exactly_javas() -> None:
     retriable = {code for code, cls in ERROR_CLASSES.items() if cls.retriable}
     assert retriable == JAVA_RETRIABLE_CODES
+
+
+@pytest.mark.parametrize("column", sorted(EXPECTED_CATEGORIES))
+def test_category_columns_are_exactly_javas(column: str) -> None:
+    assert {spec.code for spec in ERROR_TABLE if getattr(spec, column)} == EXPECTED_CATEGORIES[column]
+
+
+def test_category_columns_agree_with_each_other() -> None:
+    for spec in ERROR_TABLE:
+        if spec.invalid_metadata or spec.coordinator_moved:
+            assert spec.retriable, spec.name  # refresh (metadata or coordinator), then retry
+        if spec.fenced:
+            assert spec.txn_fatal and not spec.retriable, spec.name
+        assert not (spec.txn_fatal and spec.txn_abortable), spec.name
+        assert not (spec.retriable and (spec.txn_fatal or spec.txn_abortable)), spec.name
+
+
+@pytest.mark.parametrize("flag", CLASS_FLAGS[1:])
+def test_category_flags_are_readable_from_every_error(flag: str) -> None:
+    # False on the bases, the client-side errors and unknown codes; the lookups answer without an instance
+    for cls in (KafkaError, BrokerResponseError, ProtocolError, proto.AuthenticationError, UnknownKafkaError,
+                KafkaTimeoutError, TransactionError, ConfigError):
+        assert getattr(cls, flag) is False, cls
+    assert getattr(UnknownKafkaError(4242), flag) is False
+    assert getattr(error_class_for_code(MAX_KNOWN_ERROR_CODE + 1), flag) is False
+    for code in EXPECTED_CATEGORIES[flag]:
+        assert getattr(error_class_for_code(code), flag) is True
+        assert getattr(error_for_code(code), flag) is True
+
+
+def test_category_flags_by_hand() -> None:
+    assert NotLeaderOrFollowerError.invalid_metadata and UnknownTopicOrPartitionError.invalid_metadata
+    assert not error_class_for_code(75).invalid_metadata  # UNKNOWN_LEADER_EPOCH: only retriable in Java
+    assert not error_class_for_code(41).invalid_metadata  # NOT_CONTROLLER
+    assert NotCoordinatorError.coordinator_moved and not CoordinatorLoadInProgressError.coordinator_moved
+    assert ProducerFencedError.fenced and ProducerFencedError.txn_fatal
+    assert InvalidProducerEpochError.fenced
+    assert InvalidTxnStateError.txn_fatal and not InvalidTxnStateError.fenced
+    assert proto.TransactionAbortableError.txn_abortable and not proto.TransactionAbortableError.txn_fatal
+    assert UnknownProducerIdError.txn_abortable and TopicAuthorizationFailedError.txn_abortable
+    assert not OutOfOrderSequenceNumberError.txn_fatal and not OutOfOrderSequenceNumberError.txn_abortable
+
+    class MyFenced(ProducerFencedError):
+        pass
+
+    assert MyFenced.fenced and MyFenced("x").txn_fatal
+
+
+# --------------------------------------------------------------------------------------------
+# the generated part of protocol/errors.py is in step with ERROR_TABLE
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_errors", REPO / "tools" / "gen_errors.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_protocol_errors_py_is_what_the_generator_writes() -> None:
+    text = Path(proto.__file__).read_text(encoding="utf-8")
+    assert _generator().render(text) == text, "run: python tools/gen_errors.py"
+
+
+def test_generator_check_mode_from_the_command_line() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "gen_errors.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_generator_notices_a_table_edit(tmp_path: Path) -> None:
+    gen = _generator()
+    text = Path(proto.__file__).read_text(encoding="utf-8")
+    edited = text.replace(
+        '"Topic authorization failed.",\n        txn_abortable=True,', '"Topic authorization failed.",'
+    )
+    assert edited != text
+    wanted = gen.render(edited)
+    assert '"""TOPIC_AUTHORIZATION_FAILED (code 29, not retriable)."""' in wanted
+    assert '"""TOPIC_AUTHORIZATION_FAILED (code 29, not retriable; aborts the transaction)."""' in text
+    out_of_step = tmp_path / "errors.py"
+    out_of_step.write_text(edited, encoding="utf-8")
+    assert gen.main(["--check", "--path", str(out_of_step)]) == 1
+    assert gen.main(["--path", str(out_of_step)]) == 0
+    assert out_of_step.read_text(encoding="utf-8") == wanted
+    assert gen.main(["--check", "--path", str(out_of_step)]) == 0
 
 
 @pytest.mark.parametrize(
@@ -415,6 +589,24 @@ def test_public_all_is_complete_and_resolvable() -> None:
                 assert name in public.__all__, name
 
 
+def test_every_name_exported_before_still_imports() -> None:
+    assert len(NAMES_EXPORTED_BEFORE) == len(set(NAMES_EXPORTED_BEFORE)) == 161
+    assert set(NAMES_EXPORTED_BEFORE) <= set(public.__all__)
+    for name in NAMES_EXPORTED_BEFORE:
+        namespace: Dict[str, object] = {}
+        exec(f"from kproducer.errors import {name}", namespace)
+        assert namespace[name] is getattr(public, name)
+
+
+def test_public_all_is_computed_from_both_modules() -> None:
+    assert public.__all__[: len(proto.__all__)] == proto.__all__
+    local = [
+        name for name, obj in vars(public).items()
+        if isinstance(obj, type) and issubclass(obj, KafkaError) and obj.__module__ == public.__name__
+    ]
+    assert public.__all__[len(proto.__all__):] == local
+
+
 def test_star_import() -> None:
     namespace: Dict[str, object] = {}
     exec("from kproducer.errors import *", namespace)
@@ -422,3 +614,82 @@ def test_star_import() -> None:
     assert namespace["KafkaTimeoutError"] is KafkaTimeoutError
     assert namespace["RecordTooLargeError"] is MessageTooLargeError
     assert "Optional" not in namespace and "_REGISTRY" not in namespace
+
+
+# --------------------------------------------------------------------------------------------
+# no bare error codes outside kproducer/protocol/
+
+
+def test_no_error_is_code_zero() -> None:
+    assert proto.NO_ERROR == 0 and public.NO_ERROR == 0
+    assert proto.NO_ERROR not in ERROR_CLASSES
+    with pytest.raises(ValueError):
+        error_for_code(proto.NO_ERROR)
+
+
+def _bare_error_codes(source: str, filename: str) -> List[str]:
+    """Lines of a source file that write an error code as a number: a response field
+    ``"..._error_code": <int>``, an error code constant (``NOT_COORDINATOR = 16``), or a comparison of
+    something named ``*error*``/``*err``/``*_code``/``code`` with a number."""
+    names = {spec.name for spec in ERROR_TABLE} | {"NONE", "NO_ERROR"}
+    found: List[str] = []
+
+    def is_int(node: ast.AST) -> bool:
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            node = node.operand
+        return isinstance(node, ast.Constant) and type(node.value) is int
+
+    def looks_like_code(node: ast.AST) -> bool:
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            text = str(node.slice.value)
+        elif isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute):
+            text = node.attr
+        else:
+            return False
+        text = text.lower()
+        return "error" in text or text.endswith(("err", "_code")) or text == "code"
+
+    for node in ast.walk(ast.parse(source)):
+        where = f"{filename}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and str(key.value).endswith("error_code") and is_int(value):
+                    found.append(where)
+        elif isinstance(node, ast.Assign) and is_int(node.value):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.lstrip("_") in names:
+                    found.append(where)
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(looks_like_code(o) for o in operands):
+                for o in operands:
+                    if is_int(o) or (isinstance(o, (ast.Tuple, ast.Set, ast.List)) and any(map(is_int, o.elts))):
+                        found.append(where)
+                        break
+    return sorted(set(found), key=lambda w: int(w.rsplit(":", 1)[1]))
+
+
+def test_the_mock_writes_no_bare_error_codes() -> None:
+    # The mock broker answers with the classes' codes (NotCoordinatorError.code) and NO_ERROR.
+    found = [
+        hit
+        for path in sorted((REPO / "kproducer" / "mock").glob("*.py"))
+        for hit in _bare_error_codes(path.read_text(encoding="utf-8"), str(path.relative_to(REPO)))
+    ]
+    assert found == []
+
+
+def test_the_bare_error_code_check_finds_them() -> None:
+    source = (
+        "NOT_COORDINATOR = 16\n"
+        "_LEADER_NOT_AVAILABLE = 5\n"
+        "def f(error: int, body: Dict[str, int]) -> Dict[str, int]:\n"
+        "    if error == 6 or body['error_code'] in (3, 5) or body['x'] > 0:\n"
+        "        return {'error_code': 0}\n"
+        "    if body['partition_error_code'] != NO_ERROR and len(body) == 2:\n"
+        "        return {'partition_error_code': -1, 'error_code': NotCoordinatorError.code}\n"
+        "    return {'error_code': NO_ERROR}\n"
+    )
+    assert _bare_error_codes(source, "f.py") == ["f.py:1", "f.py:2", "f.py:4", "f.py:5", "f.py:7"]

@@ -11,6 +11,30 @@ import pytest
 
 from kproducer.mock import MockCluster
 from kproducer.mock.wire_client import WireClient
+from kproducer.protocol.errors import (
+    NO_ERROR,
+    CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
+    FetchSessionIdNotFoundError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LeaderNotAvailableError,
+    MessageTooLargeError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownLeaderEpochError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
 from kproducer.protocol.messages import (
     CREATE_TOPICS,
     FETCH,
@@ -111,7 +135,7 @@ def test_metadata_spreads_leaders_and_answers_from_any_broker(cluster: MockClust
             (i, cluster.broker_address(i)[1]) for i in (1, 2, 3))
         assert body["controller_id"] == 1
         (topic,) = body["topics"]
-        assert topic["name"] == "t" and topic["error_code"] == 0
+        assert topic["name"] == "t" and topic["error_code"] == NO_ERROR
         assert [p["leader_id"] for p in topic["partitions"]] == [1, 2, 3, 1, 2, 3]
         assert all(sorted(p["replica_nodes"]) == [1, 2, 3] for p in topic["partitions"])
         if version >= 2:
@@ -124,14 +148,16 @@ def test_metadata_unknown_topic_and_auto_create() -> None:
     with MockCluster(2, auto_create_topics=True, default_partitions=4) as cluster, \
             WireClient(*cluster.broker_address(2)) as c:
         no_create = c.request(METADATA, 9, {"topics": [{"name": "new"}], "allow_auto_topic_creation": False})
-        assert no_create["topics"][0]["error_code"] == 3
+        assert no_create["topics"][0]["error_code"] == UnknownTopicOrPartitionError.code
         created = c.request(METADATA, 9, {"topics": [{"name": "new"}], "allow_auto_topic_creation": True})
-        assert created["topics"][0]["error_code"] == 0 and len(created["topics"][0]["partitions"]) == 4
+        assert created["topics"][0]["error_code"] == NO_ERROR and len(created["topics"][0]["partitions"]) == 4
         assert cluster.partition_count("new") == 4
         bad = c.request(METADATA, 9, {"topics": [{"name": "bad name!"}], "allow_auto_topic_creation": True})
-        assert bad["topics"][0]["error_code"] == 17
+        assert bad["topics"][0]["error_code"] == InvalidTopicError.code
     with MockCluster(1) as cluster, WireClient(*cluster.broker_address(1)) as c:
-        assert c.request(METADATA, 12, {"topics": [{"name": "nope"}]})["topics"][0]["error_code"] == 3
+        assert c.request(METADATA, 12, {"topics": [{"name": "nope"}]})["topics"][0]["error_code"] == (
+            UnknownTopicOrPartitionError.code
+        )
         assert c.request(METADATA, 12, {"topics": []})["topics"] == []
 
 
@@ -140,7 +166,7 @@ def test_metadata_after_broker_stop(cluster: MockCluster, clients: Clients) -> N
     body = clients[1].request(METADATA, 12, {"topics": None})
     assert sorted(b["node_id"] for b in body["brokers"]) == [1, 3]
     partitions = body["topics"][0]["partitions"]
-    assert all(p["leader_id"] in (1, 3) and p["error_code"] == 0 for p in partitions)
+    assert all(p["leader_id"] in (1, 3) and p["error_code"] == NO_ERROR for p in partitions)
     assert partitions[1]["leader_epoch"] == 1 and partitions[1]["offline_replicas"] == [2]
 
 
@@ -153,9 +179,11 @@ def test_metadata_leaderless_when_leaders_do_not_move() -> None:
 
 
 def test_metadata_injected_error(cluster: MockCluster, clients: Clients) -> None:
-    cluster.inject_errors("metadata", [5])
-    assert clients[1].request(METADATA, 12, {"topics": None})["topics"][0]["error_code"] == 5
-    assert clients[1].request(METADATA, 12, {"topics": None})["topics"][0]["error_code"] == 0
+    cluster.inject_errors("metadata", [LeaderNotAvailableError.code])
+    assert clients[1].request(METADATA, 12, {"topics": None})["topics"][0]["error_code"] == (
+        LeaderNotAvailableError.code
+    )
+    assert clients[1].request(METADATA, 12, {"topics": None})["topics"][0]["error_code"] == NO_ERROR
 
 
 # ------------------------------------------------------------------------------------------- Produce
@@ -182,17 +210,17 @@ def test_produce_assigns_offsets(cluster: MockCluster, clients: Clients, version
 def test_produce_to_a_follower_is_refused(cluster: MockCluster, clients: Clients) -> None:
     follower = clients[2]  # partition 0 is led by broker 1
     old = produce(follower, batch([b"x"]), version=9)
-    assert old["error_code"] == 6
+    assert old["error_code"] == NotLeaderOrFollowerError.code
     new = produce(follower, batch([b"x"]), version=11)
-    assert new["error_code"] == 6
+    assert new["error_code"] == NotLeaderOrFollowerError.code
     assert new["current_leader"] == {"leader_id": 1, "leader_epoch": 0}
     assert [e["node_id"] for e in new["node_endpoints"]] == [1]
     assert cluster.high_watermark("t", 0) == 0
 
 
 def test_produce_unknown_partition(clients: Clients) -> None:
-    assert produce(clients[1], batch([b"x"]), partition=6)["error_code"] == 3
-    assert produce(clients[1], batch([b"x"]), topic="nope")["error_code"] == 3
+    assert produce(clients[1], batch([b"x"]), partition=6)["error_code"] == UnknownTopicOrPartitionError.code
+    assert produce(clients[1], batch([b"x"]), topic="nope")["error_code"] == UnknownTopicOrPartitionError.code
 
 
 def _corrupt_crc(data: bytes) -> bytes:
@@ -223,21 +251,21 @@ def test_produce_validation_errors(cluster: MockCluster, clients: Clients) -> No
         assert result["base_offset"] == -1
     bad_count = bytearray(good)
     struct.pack_into(">i", bad_count, 57, 5)  # recordCount 5 with lastOffsetDelta 1
-    assert produce(c, _with_crc(bad_count))["error_code"] == 87
+    assert produce(c, _with_crc(bad_count))["error_code"] == InvalidRecordError.code
     control = bytearray(good)
     struct.pack_into(">h", control, 21, 0x20)
-    assert produce(c, _with_crc(control))["error_code"] == 87
-    assert produce(c, batch([b"x" * 25000]))["error_code"] == 10
-    assert produce(c, good, acks=2)["error_code"] == 21
+    assert produce(c, _with_crc(control))["error_code"] == InvalidRecordError.code
+    assert produce(c, batch([b"x" * 25000]))["error_code"] == MessageTooLargeError.code
+    assert produce(c, good, acks=2)["error_code"] == InvalidRequiredAcksError.code
     assert cluster.high_watermark("t", 0) == 0
-    assert produce(c, good)["error_code"] == 0
+    assert produce(c, good)["error_code"] == NO_ERROR
 
 
 def test_produce_validate_records_reports_the_bad_record() -> None:
     with MockCluster(1, validate_records=True) as cluster, WireClient(*cluster.broker_address(1)) as c:
         cluster.create_topic("t", 1)
         good = batch([b"aa", b"bb", b"cc"])
-        assert produce(c, good)["error_code"] == 0
+        assert produce(c, good)["error_code"] == NO_ERROR
         # make the third record's length varint claim one byte more, keeping the CRC right
         data = bytearray(good)
         pos = 61
@@ -245,7 +273,7 @@ def test_produce_validate_records_reports_the_bad_record() -> None:
             pos += 1 + (data[pos] >> 1)
         data[pos] += 2
         result = produce(c, _with_crc(data))
-        assert result["error_code"] == 87
+        assert result["error_code"] == InvalidRecordError.code
         assert result["record_errors"][0]["batch_index"] == 2
         assert "record" in result["error_message"]
 
@@ -258,10 +286,11 @@ def test_produce_acks_zero_error_closes_connection(cluster: MockCluster) -> None
 
 
 def test_produce_injected_errors_per_partition(cluster: MockCluster, clients: Clients) -> None:
-    cluster.inject_errors("produce", [6, 7, 0, 6])
+    not_leader, timed_out = NotLeaderOrFollowerError.code, RequestTimedOutError.code
+    cluster.inject_errors("produce", [not_leader, timed_out, NO_ERROR, not_leader])
     c = clients[1]
     results = [produce(c, batch([b"x"]))["error_code"] for _ in range(5)]
-    assert results == [6, 7, 0, 6, 0]
+    assert results == [not_leader, timed_out, NO_ERROR, not_leader, NO_ERROR]
     assert cluster.high_watermark("t", 0) == 2
     assert cluster.pending_errors("produce") == []
 
@@ -299,10 +328,10 @@ def test_list_offsets(cluster: MockCluster, clients: Clients, version: int) -> N
 
 
 def test_list_offsets_errors(cluster: MockCluster, clients: Clients) -> None:
-    assert list_offset(clients[2], -1)["error_code"] == 6
-    assert list_offset(clients[1], -1, partition=9)["error_code"] == 3
-    cluster.inject_errors("list_offsets", [7])
-    assert list_offset(clients[1], -1)["error_code"] == 7
+    assert list_offset(clients[2], -1)["error_code"] == NotLeaderOrFollowerError.code
+    assert list_offset(clients[1], -1, partition=9)["error_code"] == UnknownTopicOrPartitionError.code
+    cluster.inject_errors("list_offsets", [RequestTimedOutError.code])
+    assert list_offset(clients[1], -1)["error_code"] == RequestTimedOutError.code
 
 
 # --------------------------------------------------------------------------------------------- Fetch
@@ -315,7 +344,7 @@ def test_fetch_returns_stored_batches(cluster: MockCluster, clients: Clients, ve
     produce(c, b1)
     produce(c, b2)
     part = fetch(c, 0, version=version)
-    assert part["error_code"] == 0 and part["high_watermark"] == 3
+    assert part["error_code"] == NO_ERROR and part["high_watermark"] == 3
     batches = read_batches(part["records"])
     assert [(b.base_offset, b.record_count) for b in batches] == [(0, 2), (2, 1)]
     assert [r.value for b in batches for r in b.records] == [b"a", b"b", b"c"]
@@ -325,7 +354,7 @@ def test_fetch_returns_stored_batches(cluster: MockCluster, clients: Clients, ve
     middle = read_batches(fetch(c, 1, version=version)["records"])
     assert [b.base_offset for b in middle] == [0, 2]
     assert fetch(c, 3, version=version)["records"] == b""
-    assert fetch(c, 4, version=version)["error_code"] == 1
+    assert fetch(c, 4, version=version)["error_code"] == OffsetOutOfRangeError.code
     if version >= 4:
         assert part["last_stable_offset"] == 3
     if version >= 5:
@@ -346,16 +375,16 @@ def test_fetch_size_limits(clients: Clients) -> None:
 
 
 def test_fetch_errors(cluster: MockCluster, clients: Clients) -> None:
-    assert fetch(clients[2], 0)["error_code"] == 6
+    assert fetch(clients[2], 0)["error_code"] == NotLeaderOrFollowerError.code
     assert fetch(clients[2], 0)["current_leader"] == {"leader_id": 1, "leader_epoch": 0}
-    assert fetch(clients[1], 0, partition=7)["error_code"] == 3
-    assert fetch(clients[1], 0, session_id=5)["error_code"] == 70
+    assert fetch(clients[1], 0, partition=7)["error_code"] == UnknownTopicOrPartitionError.code
+    assert fetch(clients[1], 0, session_id=5)["error_code"] == FetchSessionIdNotFoundError.code
     cluster.move_leader("t", 0, 2)
-    assert fetch(clients[2], 0, leader_epoch=0)["error_code"] == 74
-    assert fetch(clients[2], 0, leader_epoch=5)["error_code"] == 75
-    assert fetch(clients[2], 0, leader_epoch=1)["error_code"] == 0
-    cluster.inject_errors("fetch", [56])
-    assert fetch(clients[2], 0)["error_code"] == 56
+    assert fetch(clients[2], 0, leader_epoch=0)["error_code"] == FencedLeaderEpochError.code
+    assert fetch(clients[2], 0, leader_epoch=5)["error_code"] == UnknownLeaderEpochError.code
+    assert fetch(clients[2], 0, leader_epoch=1)["error_code"] == NO_ERROR
+    cluster.inject_errors("fetch", [KafkaStorageError.code])
+    assert fetch(clients[2], 0)["error_code"] == KafkaStorageError.code
 
 
 def test_fetch_waits_at_most_the_cap() -> None:
@@ -382,12 +411,12 @@ def test_find_coordinator(cluster: MockCluster, clients: Clients, version: int) 
     if version >= 4:
         body = clients[1].request(FIND_COORDINATOR, version, {"key_type": 0, "coordinator_keys": ["g1", "g2"]})
         found = {c["key"]: c for c in body["coordinators"]}
-        assert set(found) == {"g1", "g2"} and all(c["error_code"] == 0 for c in found.values())
+        assert set(found) == {"g1", "g2"} and all(c["error_code"] == NO_ERROR for c in found.values())
         node = found["g1"]["node_id"]
         port = found["g1"]["port"]
     else:
         body = clients[1].request(FIND_COORDINATOR, version, {"key": "g1", "key_type": 0})
-        assert body["error_code"] == 0
+        assert body["error_code"] == NO_ERROR
         node, port = body["node_id"], body["port"]
     assert node in (1, 2, 3) and cluster.broker_address(node)[1] == port
     # every broker gives the same answer
@@ -403,9 +432,11 @@ def test_find_coordinator_moves_off_a_stopped_broker(cluster: MockCluster, clien
     body = clients[1].request(FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": keys})
     assert {c["node_id"] for c in body["coordinators"]} == {1, 2}
     bad = clients[1].request(FIND_COORDINATOR, 3, {"key": "", "key_type": 1})
-    assert bad["error_code"] == 42
-    cluster.inject_errors("find_coordinator", [15])
-    assert clients[1].request(FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})["error_code"] == 15
+    assert bad["error_code"] == InvalidRequestError.code
+    cluster.inject_errors("find_coordinator", [CoordinatorNotAvailableError.code])
+    assert clients[1].request(FIND_COORDINATOR, 2, {"key": "g", "key_type": 0})["error_code"] == (
+        CoordinatorNotAvailableError.code
+    )
 
 
 # ------------------------------------------------------------------------------------- CreateTopics
@@ -427,7 +458,10 @@ def test_create_topics(cluster: MockCluster, clients: Clients, version: int) -> 
     results = _create(clients[2], version, [_topic("a", 3, 1), _topic("t", 2), _topic("b"), _topic("c", 0),
                                             _topic("d", 2, 9), _topic("bad/name", 1)])
     codes = {r["name"]: r["error_code"] for r in results}
-    assert codes == {"a": 0, "t": 36, "b": 0, "c": 37, "d": 38, "bad/name": 17}
+    assert codes == {
+        "a": NO_ERROR, "t": TopicAlreadyExistsError.code, "b": NO_ERROR, "c": InvalidPartitionsError.code,
+        "d": InvalidReplicationFactorError.code, "bad/name": InvalidTopicError.code,
+    }
     assert cluster.partition_count("a") == 3 and cluster.partition_count("b") == 1
     if version >= 5:
         assert results[0]["num_partitions"] == 3
@@ -438,12 +472,14 @@ def test_create_topics(cluster: MockCluster, clients: Clients, version: int) -> 
 
 def test_create_topics_assignment_and_validate_only(cluster: MockCluster, clients: Clients) -> None:
     assignment = [{"partition_index": 0, "broker_ids": [3, 1]}, {"partition_index": 1, "broker_ids": [2]}]
-    assert _create(clients[1], 5, [_topic("x", assignments=assignment)])[0]["error_code"] == 0
+    assert _create(clients[1], 5, [_topic("x", assignments=assignment)])[0]["error_code"] == NO_ERROR
     assert [cluster.leader("x", i) for i in (0, 1)] == [3, 2]
-    assert _create(clients[1], 5, [_topic("y", 4)], validate_only=True)[0]["error_code"] == 0
+    assert _create(clients[1], 5, [_topic("y", 4)], validate_only=True)[0]["error_code"] == NO_ERROR
     assert "y" not in cluster.topics()
     bad = [{"partition_index": 0, "broker_ids": [9]}]
-    assert _create(clients[1], 5, [_topic("z", assignments=bad)])[0]["error_code"] == 39
+    assert _create(clients[1], 5, [_topic("z", assignments=bad)])[0]["error_code"] == (
+        InvalidReplicaAssignmentError.code
+    )
 
 
 # ------------------------------------------------------------------------------ OffsetCommit/Fetch
@@ -481,8 +517,14 @@ def test_offset_apis_need_the_coordinator(cluster: MockCluster, clients: Clients
     other = clients[1 if node != 1 else 2]
     commit = {"group_id": group, "topics": [{"name": "t", "partitions": [
         {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]}]}
-    assert other.request(OFFSET_COMMIT, 8, commit)["topics"][0]["partitions"][0]["error_code"] == 16
-    assert other.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None})["error_code"] == 16
+    assert other.request(OFFSET_COMMIT, 8, commit)["topics"][0]["partitions"][0]["error_code"] == (
+        NotCoordinatorError.code
+    )
+    assert other.request(OFFSET_FETCH, 7, {"group_id": group, "topics": None})["error_code"] == (
+        NotCoordinatorError.code
+    )
     member = dict(commit, member_id="m-1", generation_id=3)
-    assert clients[node].request(OFFSET_COMMIT, 8, member)["topics"][0]["partitions"][0]["error_code"] == 25
+    assert clients[node].request(OFFSET_COMMIT, 8, member)["topics"][0]["partitions"][0]["error_code"] == (
+        UnknownMemberIdError.code
+    )
     assert cluster.committed_offsets(group) == {}

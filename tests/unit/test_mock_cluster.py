@@ -18,6 +18,12 @@ from kproducer.mock import MockCluster
 from kproducer.mock.cli import add_arguments, main, topic_spec
 from kproducer.mock.faults import api_name
 from kproducer.mock.wire_client import WireClient
+from kproducer.protocol.errors import (
+    NO_ERROR,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+)
 from kproducer.protocol.messages import API_VERSIONS, METADATA
 
 from mock_cli import ServeInBackground
@@ -86,7 +92,7 @@ def test_records_and_request_log(cluster: MockCluster) -> None:
     with WireClient(*cluster.broker_address(2)) as c:
         c.client_id = "tester"
         result = produce(c, batch([b"one", b"two"], ts=1234, producer_id=9, epoch=0, seq=0), partition=1)
-        assert result["error_code"] == 0
+        assert result["error_code"] == NO_ERROR
         c.request(API_VERSIONS, 3, {})
     records = cluster.records("t", 1)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.producer_id, r.sequence) for r in records] == [
@@ -102,11 +108,11 @@ def test_records_and_request_log(cluster: MockCluster) -> None:
 
 def test_fault_api_names(cluster: MockCluster) -> None:
     assert api_name("InitProducerId") == api_name("init-producer-id") == api_name(22) == "init_producer_id"
-    cluster.inject_errors("Produce", [6])
-    cluster.inject_errors(0, [7])
-    assert cluster.pending_errors("produce") == [6, 7]
+    cluster.inject_errors("Produce", [NotLeaderOrFollowerError.code])
+    cluster.inject_errors(0, [RequestTimedOutError.code])
+    assert cluster.pending_errors("produce") == [NotLeaderOrFollowerError.code, RequestTimedOutError.code]
     with pytest.raises(ValueError, match="unknown or unserved API"):
-        cluster.inject_errors("join_group", [1])
+        cluster.inject_errors("join_group", [OffsetOutOfRangeError.code])
     with pytest.raises(KeyError):
         cluster.set_latency(9, 10)
     cluster.clear_faults()
@@ -118,7 +124,7 @@ def test_move_leader(cluster: MockCluster) -> None:
         assert produce(one, batch([b"a"]))["base_offset"] == 0
         cluster.move_leader("t", 0, broker_id=3)
         assert cluster.leader("t", 0) == 3 and cluster.leader_epoch("t", 0) == 1
-        assert produce(one, batch([b"b"]))["error_code"] == 6
+        assert produce(one, batch([b"b"]))["error_code"] == NotLeaderOrFollowerError.code
         assert produce(three, batch([b"b"]))["base_offset"] == 1
         partitions = one.request(METADATA, 12, {"topics": [{"name": "t"}]})["topics"][0]["partitions"]
         assert (partitions[0]["leader_id"], partitions[0]["leader_epoch"]) == (3, 1)
@@ -214,7 +220,7 @@ def test_python_dash_m_serves_until_ctrl_c() -> None:
         bootstrap = proc.stdout.readline().strip()
         host, port = bootstrap.split(":")
         with WireClient(host, int(port)) as c:
-            assert c.request(API_VERSIONS, 3, {})["error_code"] == 0
+            assert c.request(API_VERSIONS, 3, {})["error_code"] == NO_ERROR
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=10)
         assert proc.returncode == 0

@@ -17,6 +17,12 @@ from typing import Any, Dict, Iterator, Optional
 
 import pytest
 
+from kproducer.protocol.errors import (
+    NO_ERROR,
+    IllegalSaslStateError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 pytest.importorskip("cryptography")
 
 from kproducer.mock import MockCluster  # noqa: E402
@@ -55,7 +61,7 @@ def authenticate(c: WireClient, mechanism: str, user: str = "alice", password: s
     """The whole SASL exchange with kproducer's own mechanism clients; the last SaslAuthenticate
     response (an error one if the broker refused)."""
     if do_handshake:
-        assert handshake(c, mechanism)["error_code"] == 0
+        assert handshake(c, mechanism)["error_code"] == NO_ERROR
     if mechanism == "OAUTHBEARER":
         client = sasl_client(mechanism, token=unsecured_jwt(user, 60))
     else:
@@ -143,7 +149,7 @@ def test_tls_requests_pipelined_are_all_answered() -> None:
         frames.append(c.encode(METADATA, 12, {"topics": None})[1])
         c.send_raw(b"".join(frames))
         for _ in range(5):
-            assert c.receive(API_VERSIONS, 3)[1]["error_code"] == 0
+            assert c.receive(API_VERSIONS, 3)[1]["error_code"] == NO_ERROR
         assert c.receive(METADATA, 12)[1]["brokers"][0]["node_id"] == 1
         assert isinstance(c.sock, ssl.SSLSocket) and c.sock.version() in ("TLSv1.2", "TLSv1.3")
 
@@ -217,7 +223,7 @@ def test_requests_before_authentication_close_the_connection(sasl_cluster: MockC
         c.send(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0" + PASSWORD.encode()})
         assert c.is_closed_by_peer()
     with connect(sasl_cluster) as c:  # another API in the middle of the exchange
-        assert handshake(c, "SCRAM-SHA-256")["error_code"] == 0
+        assert handshake(c, "SCRAM-SHA-256")["error_code"] == NO_ERROR
         c.send(METADATA, 12, {"topics": None})
         assert c.is_closed_by_peer()
     assert sasl_cluster.request_counts["metadata"] == 0
@@ -227,11 +233,11 @@ def test_requests_before_authentication_close_the_connection(sasl_cluster: MockC
 def test_each_mechanism_authenticates(sasl_cluster: MockCluster, mechanism: str) -> None:
     with connect(sasl_cluster) as c:
         response = authenticate(c, mechanism)
-        assert response["error_code"] == 0 and response["session_lifetime_ms"] == 0
+        assert response["error_code"] == NO_ERROR and response["session_lifetime_ms"] == 0
         assert metadata(c)["brokers"]
         # a SaslAuthenticate after success is refused, as Kafka does, without closing
         again = c.request(SASL_AUTHENTICATE, 2, {"auth_bytes": b""})
-        assert again["error_code"] == 34
+        assert again["error_code"] == IllegalSaslStateError.code
         assert metadata(c)["brokers"]
     assert sasl_cluster.auth_stats["successes"] == 1
 
@@ -239,7 +245,7 @@ def test_each_mechanism_authenticates(sasl_cluster: MockCluster, mechanism: str)
 def test_sasl_over_tls() -> None:
     with MockCluster(1, security_protocol="SASL_SSL", sasl_mechanisms=["SCRAM-SHA-512"], users=USERS) as cluster:
         with connect(cluster, tls=True) as c:
-            assert authenticate(c, "SCRAM-SHA-512", "bob", "bob-secret")["error_code"] == 0
+            assert authenticate(c, "SCRAM-SHA-512", "bob", "bob-secret")["error_code"] == NO_ERROR
             assert metadata(c)["brokers"]
 
 
@@ -247,7 +253,9 @@ def test_unsupported_mechanism_lists_the_enabled_ones_and_closes() -> None:
     with MockCluster(1, security_protocol="SASL_PLAINTEXT", sasl_mechanisms=["SCRAM-SHA-256", "PLAIN"],
                      users=USERS) as cluster, connect(cluster) as c:
         response = handshake(c, "GSSAPI")
-        assert response == {"error_code": 33, "mechanisms": ["SCRAM-SHA-256", "PLAIN"]}
+        assert response == (
+            {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": ["SCRAM-SHA-256", "PLAIN"]}
+        )
         assert c.is_closed_by_peer()
         assert cluster.auth_stats["failures"] == 1
 
@@ -256,37 +264,39 @@ def test_unsupported_mechanism_lists_the_enabled_ones_and_closes() -> None:
 def test_wrong_password_answers_58_then_closes(sasl_cluster: MockCluster, mechanism: str) -> None:
     with connect(sasl_cluster) as c:
         response = authenticate(c, mechanism, password="wrong")
-        assert response["error_code"] == 58
+        assert response["error_code"] == SaslAuthenticationFailedError.code
         assert response["error_message"] == (
             f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}")
         assert c.is_closed_by_peer()
     with connect(sasl_cluster) as c:  # an unknown user: the same answer
-        assert authenticate(c, mechanism, user="mallory")["error_code"] == 58
+        assert authenticate(c, mechanism, user="mallory")["error_code"] == SaslAuthenticationFailedError.code
     assert sasl_cluster.auth_stats == {"attempts": 2, "successes": 0, "failures": 2, "reauthentications": 0,
                                        "expired_connections": 0}
 
 
 def test_an_expired_oauth_token_is_refused(sasl_cluster: MockCluster) -> None:
     with connect(sasl_cluster) as c:
-        assert handshake(c, "OAUTHBEARER")["error_code"] == 0
+        assert handshake(c, "OAUTHBEARER")["error_code"] == NO_ERROR
         client = sasl_client("OAUTHBEARER", token=unsecured_jwt("alice", -10))
         first = c.request(SASL_AUTHENTICATE, 2, {"auth_bytes": client.initial_response()})
-        assert first["error_code"] == 0 and b"invalid_token" in first["auth_bytes"]
+        assert first["error_code"] == NO_ERROR and b"invalid_token" in first["auth_bytes"]
         second = c.request(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\x01"})
-        assert second["error_code"] == 58
+        assert second["error_code"] == SaslAuthenticationFailedError.code
         assert c.is_closed_by_peer()
 
 
 def test_sasl_handshake_v0_is_refused_with_a_reason(sasl_cluster: MockCluster) -> None:
     with connect(sasl_cluster) as c:
-        assert handshake(c, "PLAIN", version=0) == {"error_code": 33, "mechanisms": []}
+        assert handshake(c, "PLAIN", version=0) == (
+            {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": []}
+        )
         assert c.is_closed_by_peer()
 
 
 def test_sasl_apis_on_a_listener_without_sasl() -> None:
     with MockCluster(1) as cluster, connect(cluster) as c:
-        assert handshake(c, "PLAIN")["error_code"] == 34
-        assert c.request(SASL_AUTHENTICATE, 1, {"auth_bytes": b""})["error_code"] == 34
+        assert handshake(c, "PLAIN")["error_code"] == IllegalSaslStateError.code
+        assert c.request(SASL_AUTHENTICATE, 1, {"auth_bytes": b""})["error_code"] == IllegalSaslStateError.code
         assert metadata(c)["brokers"]
 
 
@@ -310,21 +320,22 @@ def test_session_expiry_closes_the_connection_at_its_next_request() -> None:
 def test_reauthentication_renews_the_session_on_the_same_connection() -> None:
     with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=60_000) as cluster:
         with connect(cluster) as c:
-            assert authenticate(c, "SCRAM-SHA-512")["error_code"] == 0
+            assert authenticate(c, "SCRAM-SHA-512")["error_code"] == NO_ERROR
             assert metadata(c)["brokers"]
             renewed = authenticate(c, "SCRAM-SHA-512")
-            assert renewed["error_code"] == 0 and renewed["session_lifetime_ms"] == 60_000
+            assert renewed["error_code"] == NO_ERROR and renewed["session_lifetime_ms"] == 60_000
             assert metadata(c)["brokers"]
         stats = cluster.auth_stats
         assert (stats["attempts"], stats["successes"], stats["reauthentications"]) == (2, 2, 1)
         with connect(cluster) as c:  # another user may not take over the connection
-            assert authenticate(c, "PLAIN")["error_code"] == 0
+            assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
             response = authenticate(c, "PLAIN", user="bob", password="bob-secret")
-            assert response["error_code"] == 58 and "re-authentication" in response["error_message"]
+            assert response["error_code"] == SaslAuthenticationFailedError.code
+            assert "re-authentication" in response["error_message"]
             assert c.is_closed_by_peer()
         with connect(cluster) as c:  # nor another mechanism
-            assert authenticate(c, "PLAIN")["error_code"] == 0
-            assert handshake(c, "SCRAM-SHA-256")["error_code"] == 33
+            assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
+            assert handshake(c, "SCRAM-SHA-256")["error_code"] == UnsupportedSaslMechanismError.code
             assert c.is_closed_by_peer()
         assert cluster.connection_count_total == 3
 
@@ -332,19 +343,19 @@ def test_reauthentication_renews_the_session_on_the_same_connection() -> None:
 def test_an_expired_session_may_still_reauthenticate() -> None:
     with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=200) as cluster:
         with connect(cluster) as c:
-            assert authenticate(c, "PLAIN")["error_code"] == 0
+            assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
             time.sleep(0.3)
-            assert authenticate(c, "PLAIN")["error_code"] == 0
+            assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
             assert metadata(c)["brokers"]
 
 
 def test_raw_frames_during_the_exchange_close_only_that_connection(sasl_cluster: MockCluster) -> None:
     with connect(sasl_cluster) as bad, connect(sasl_cluster) as good:
-        assert handshake(bad, "PLAIN")["error_code"] == 0
+        assert handshake(bad, "PLAIN")["error_code"] == NO_ERROR
         raw = b"\0alice\0" + PASSWORD.encode()
         bad.send_raw(struct.pack(">i", len(raw)) + raw)  # SaslHandshake v0 style: not served
         assert bad.is_closed_by_peer()
-        assert authenticate(good, "PLAIN")["error_code"] == 0
+        assert authenticate(good, "PLAIN")["error_code"] == NO_ERROR
 
 
 # ------------------------------------------------------------------------------ client settings
@@ -459,7 +470,7 @@ def test_cli_prints_how_to_connect_but_never_the_password(tmp_path: Any) -> None
         assert settings["sasl.mechanism"] == "SCRAM-SHA-256"
         assert f'password="{secret}"' in settings["sasl.jaas.config"]
         with WireClient(host, int(port), ssl_context=tls_context(ca_file.read_text())) as c:
-            assert authenticate(c, "SCRAM-SHA-256", password=secret)["error_code"] == 0
+            assert authenticate(c, "SCRAM-SHA-256", password=secret)["error_code"] == NO_ERROR
             assert metadata(c)["topics"][0]["name"] == "t"
     assert serving.result == [0]
     assert ca_file.exists()  # files the user named are kept

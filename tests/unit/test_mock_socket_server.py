@@ -17,6 +17,7 @@ from kproducer.mock.request_channel import Request, RequestChannel, Response
 from kproducer.mock.request_handler import RequestHandlerPool
 from kproducer.mock.socket_server import SocketServer
 from kproducer.mock.wire_client import WireClient
+from kproducer.protocol.errors import NO_ERROR, UnsupportedVersionError
 from kproducer.protocol.messages import API_VERSIONS, FETCH, METADATA, PRODUCE, encode_response
 from kproducer.protocol.records import RecordBatchBuilder
 
@@ -34,7 +35,7 @@ def client(cluster: MockCluster, broker_id: int = 1) -> WireClient:
 
 def api_versions_ok(c: WireClient) -> bool:
     return c.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})[
-        "error_code"] == 0
+        "error_code"] == NO_ERROR
 
 
 def batch(n: int = 3, value: bytes = b"v") -> bytes:
@@ -72,7 +73,7 @@ class _SlowHandlers:
         time.sleep(random.uniform(0, 0.01))
         with self.lock:
             self.seen.append(request.header.correlation_id)
-        body = {"error_code": 0, "api_keys": [], "throttle_time_ms": request.header.correlation_id}
+        body = {"error_code": NO_ERROR, "api_keys": [], "throttle_time_ms": request.header.correlation_id}
         data = encode_response(API_VERSIONS, request.version, request.header.correlation_id, body)
         self.channel.send_response(Response(request, data))
 
@@ -109,7 +110,7 @@ def test_connections_are_spread_over_processors(bare_server: tuple) -> None:
     clients = [WireClient("127.0.0.1", server.port) for _ in range(9)]
     try:
         for c in clients:
-            assert c.request(API_VERSIONS, 0, {})["error_code"] == 0
+            assert c.request(API_VERSIONS, 0, {})["error_code"] == NO_ERROR
         assert server.connection_count == 9
         assert [p.connection_count for p in server.processors] == [3, 3, 3]
     finally:
@@ -120,7 +121,7 @@ def test_connections_are_spread_over_processors(bare_server: tuple) -> None:
 def test_server_stop_closes_connections(bare_server: tuple) -> None:
     server, _ = bare_server
     with WireClient("127.0.0.1", server.port) as c:
-        assert c.request(API_VERSIONS, 0, {})["error_code"] == 0
+        assert c.request(API_VERSIONS, 0, {})["error_code"] == NO_ERROR
         server.stop()
         assert c.is_closed_by_peer()
     with pytest.raises(OSError):
@@ -142,7 +143,7 @@ def test_pipelined_fetch_wait_holds_back_later_responses(cluster: MockCluster) -
         elapsed = time.monotonic() - start
     assert (cid1, cid2) == (1, 2)
     assert body1["responses"][0]["partitions"][0]["records"] == b""
-    assert body2["error_code"] == 0
+    assert body2["error_code"] == NO_ERROR
     assert 0.25 <= elapsed < 2.0
 
 
@@ -152,7 +153,7 @@ def test_fetch_wait_is_cut_short_by_new_data(cluster: MockCluster) -> None:
         consumer.send(FETCH, 12, fetch_body(0, max_wait_ms=5000))
         time.sleep(0.1)
         assert producer.request(PRODUCE, 9, produce_body(batch()))["responses"][0]["partition_responses"][0][
-            "error_code"] == 0
+            "error_code"] == NO_ERROR
         _, body = consumer.receive(FETCH, 12)
         assert time.monotonic() - start < 1.0
     assert len(body["responses"][0]["partitions"][0]["records"]) > 61
@@ -210,7 +211,7 @@ def test_frames_split_and_coalesced_across_writes(cluster: MockCluster) -> None:
         c.send_raw(data[pos:])
         assert [c.receive(API_VERSIONS, 2)[0] for _ in range(3)] == [1, 2, 3]
         cid, body = c.receive(PRODUCE, 9)
-        assert cid == 4 and body["responses"][0]["partition_responses"][0]["error_code"] == 0
+        assert cid == 4 and body["responses"][0]["partition_responses"][0]["error_code"] == NO_ERROR
     assert cluster.high_watermark("t", 0) == 50
 
 
@@ -239,7 +240,7 @@ def test_hostile_input_closes_only_that_connection(cluster: MockCluster, name: s
         # the broker keeps serving the other connection and new ones
         assert api_versions_ok(bystander)
         bystander.send(PRODUCE, 9, produce_body(batch()))
-        assert bystander.receive(PRODUCE, 9)[1]["responses"][0]["partition_responses"][0]["error_code"] == 0
+        assert bystander.receive(PRODUCE, 9)[1]["responses"][0]["partition_responses"][0]["error_code"] == NO_ERROR
     with client(cluster) as fresh:
         assert api_versions_ok(fresh)
     assert any("closed connection" in r.getMessage() for r in caplog.records)
@@ -265,7 +266,7 @@ def test_unknown_api_versions_version_gets_v0_unsupported_answer(cluster: MockCl
             cid = struct.unpack_from(">i", frame)[0]
             body = API_VERSIONS.decode_response(0, frame, 4)
             assert cid == 9
-            assert body["error_code"] == 35
+            assert body["error_code"] == UnsupportedVersionError.code
             assert body["api_keys"] == [{"api_key": 18, "min_version": 0, "max_version": 3}]
         assert api_versions_ok(c)  # the connection stays open
 

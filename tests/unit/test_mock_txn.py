@@ -9,6 +9,23 @@ import pytest
 
 from kproducer.mock import MockCluster
 from kproducer.mock.wire_client import WireClient
+from kproducer.protocol.errors import (
+    NO_ERROR,
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    UnknownProducerIdError,
+    UnknownTopicOrPartitionError,
+)
 from kproducer.protocol.messages import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -54,7 +71,7 @@ def test_init_producer_id_allocates_distinct_ids(clients: Clients, version: int)
     ids = set()
     for broker_id in (1, 2, 3):
         body = init_pid(clients[broker_id], version=version)
-        assert body["error_code"] == 0 and body["producer_epoch"] == 0
+        assert body["error_code"] == NO_ERROR and body["producer_epoch"] == 0
         ids.add(body["producer_id"])
     assert len(ids) == 3
 
@@ -67,12 +84,14 @@ def test_duplicates_and_gaps(cluster: MockCluster, clients: Clients) -> None:
     # a retry of one of the last five batches: success with the original offset, nothing appended
     for i in (2, 4, 6):
         result = produce(c, sent[i])
-        assert (result["error_code"], result["base_offset"]) == (0, 3 * i)
+        assert (result["error_code"], result["base_offset"]) == (NO_ERROR, 3 * i)
     assert cluster.high_watermark("t", 0) == 21
     # older than the cached five: out of order
-    assert produce(c, sent[1])["error_code"] == 45
+    assert produce(c, sent[1])["error_code"] == OutOfOrderSequenceNumberError.code
     # a gap
-    assert produce(c, batch(values(1), producer_id=pid, epoch=0, seq=22))["error_code"] == 45
+    assert produce(c, batch(values(1), producer_id=pid, epoch=0, seq=22))["error_code"] == (
+        OutOfOrderSequenceNumberError.code
+    )
     assert produce(c, batch(values(1), producer_id=pid, epoch=0, seq=21))["base_offset"] == 21
     assert cluster.producer_state("t", 0) == {pid: (0, 21)}
     assert [r.sequence for r in cluster.records("t", 0)][-3:] == [19, 20, 21]
@@ -82,29 +101,35 @@ def test_duplicates_and_gaps(cluster: MockCluster, clients: Clients) -> None:
 def test_epochs(cluster: MockCluster, clients: Clients) -> None:
     c = clients[1]
     pid = init_pid(c)["producer_id"]
-    assert produce(c, batch(values(2), producer_id=pid, epoch=3, seq=0))["error_code"] == 0
-    assert produce(c, batch(values(1), producer_id=pid, epoch=2, seq=2))["error_code"] == 47
+    assert produce(c, batch(values(2), producer_id=pid, epoch=3, seq=0))["error_code"] == NO_ERROR
+    assert produce(c, batch(values(1), producer_id=pid, epoch=2, seq=2))["error_code"] == (
+        InvalidProducerEpochError.code
+    )
     # a new epoch must start at sequence 0
-    assert produce(c, batch(values(1), producer_id=pid, epoch=4, seq=2))["error_code"] == 45
-    assert produce(c, batch(values(1), producer_id=pid, epoch=4, seq=0))["error_code"] == 0
+    assert produce(c, batch(values(1), producer_id=pid, epoch=4, seq=2))["error_code"] == (
+        OutOfOrderSequenceNumberError.code
+    )
+    assert produce(c, batch(values(1), producer_id=pid, epoch=4, seq=0))["error_code"] == NO_ERROR
     assert cluster.producer_state("t", 0) == {pid: (4, 0)}
 
 
 def test_unknown_producer_state(cluster: MockCluster, clients: Clients) -> None:
     c = clients[1]
     # no state: any sequence is accepted (Kafka 2.5+)
-    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=40))["error_code"] == 0
+    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=40))["error_code"] == NO_ERROR
     cluster.expire_producer_state("t", 0, 777)
-    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=41))["error_code"] == 59
-    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=0))["error_code"] == 0
-    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=1))["error_code"] == 0
+    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=41))["error_code"] == (
+        UnknownProducerIdError.code
+    )
+    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=0))["error_code"] == NO_ERROR
+    assert produce(c, batch(values(1), producer_id=777, epoch=0, seq=1))["error_code"] == NO_ERROR
 
 
 def test_sequence_wraps(clients: Clients) -> None:
     c = clients[1]
     top = 2 ** 31 - 1
-    assert produce(c, batch(values(2), producer_id=5, epoch=0, seq=top - 1))["error_code"] == 0
-    assert produce(c, batch(values(2), producer_id=5, epoch=0, seq=0))["error_code"] == 0
+    assert produce(c, batch(values(2), producer_id=5, epoch=0, seq=top - 1))["error_code"] == NO_ERROR
+    assert produce(c, batch(values(2), producer_id=5, epoch=0, seq=0))["error_code"] == NO_ERROR
 
 
 # ------------------------------------------------------------------------------------ transactions
@@ -119,7 +144,7 @@ class Txn:
         found = clients[1].request(FIND_COORDINATOR, 1, {"key": txn_id, "key_type": 1})
         self.coordinator = clients[found["node_id"]]
         body = init_pid(self.coordinator, txn_id)
-        assert body["error_code"] == 0
+        assert body["error_code"] == NO_ERROR
         self.pid, self.epoch = body["producer_id"], body["producer_epoch"]
         self.seq: Dict[int, int] = {}
 
@@ -134,7 +159,7 @@ class Txn:
         result = produce(self.clients.leader("t", partition),
                          batch(vals, producer_id=self.pid, epoch=self.epoch, seq=seq, transactional=True),
                          partition=partition, txn=self.txn_id)
-        if result["error_code"] == 0:
+        if result["error_code"] == NO_ERROR:
             self.seq[partition] = seq + len(vals)
         return result
 
@@ -148,7 +173,7 @@ class Txn:
 def test_commit_writes_markers_and_releases_the_lso(cluster: MockCluster, clients: Clients) -> None:
     txn = Txn(clients, "tx-commit")
     assert cluster.transaction_state("tx-commit") == "Empty"
-    assert txn.add(0, 1) == {0: 0, 1: 0}
+    assert txn.add(0, 1) == {0: NO_ERROR, 1: NO_ERROR}
     assert cluster.transaction_state("tx-commit") == "Ongoing"
     plain = produce(clients[1], batch([b"plain"]))  # before the transaction's data: stable
     assert txn.send(0, [b"a", b"b"])["base_offset"] == 1
@@ -160,7 +185,7 @@ def test_commit_writes_markers_and_releases_the_lso(cluster: MockCluster, client
     assert committed_view["last_stable_offset"] == 1
     assert list_offset(leader0, -1, isolation=1)["offset"] == 1
     assert list_offset(leader0, -1)["offset"] == 3
-    assert txn.end(commit=True) == 0
+    assert txn.end(commit=True) == NO_ERROR
     assert cluster.transaction_state("tx-commit") == "CompleteCommit"
     assert cluster.high_watermark("t", 0) == 4 and cluster.last_stable_offset("t", 0) == 4
     records = cluster.records("t", 0, include_control=True)
@@ -172,15 +197,15 @@ def test_commit_writes_markers_and_releases_the_lso(cluster: MockCluster, client
     assert view["aborted_transactions"] == []
     assert sum(b.record_count for b in read_batches(view["records"])) == 4
     # a retried EndTxn(commit) is fine; an abort now is not
-    assert txn.end(commit=True) == 0
-    assert txn.end(commit=False) == 48
+    assert txn.end(commit=True) == NO_ERROR
+    assert txn.end(commit=False) == InvalidTxnStateError.code
 
 
 def test_abort_is_listed_for_read_committed_consumers(cluster: MockCluster, clients: Clients) -> None:
     txn = Txn(clients, "tx-abort")
-    assert txn.add(0) == {0: 0}
+    assert txn.add(0) == {0: NO_ERROR}
     txn.send(0, [b"x", b"y"])
-    assert txn.end(commit=False) == 0
+    assert txn.end(commit=False) == NO_ERROR
     produce(clients[1], batch([b"after"]))
     leader = clients.leader("t", 0)
     view = fetch(leader, 0, isolation=1)
@@ -191,52 +216,54 @@ def test_abort_is_listed_for_read_committed_consumers(cluster: MockCluster, clie
     markers = [r for r in cluster.records("t", 0, include_control=True) if r.is_control]
     assert [(m.offset, m.control_type, m.producer_id) for m in markers] == [(2, 0, txn.pid)]
     # the next transaction of the same producer continues its sequence
-    assert txn.add(0) == {0: 0}
-    assert txn.send(0, [b"z"])["error_code"] == 0
+    assert txn.add(0) == {0: NO_ERROR}
+    assert txn.send(0, [b"z"])["error_code"] == NO_ERROR
 
 
 def test_transactional_produce_needs_add_partitions(clients: Clients) -> None:
     txn = Txn(clients, "tx-strict")
-    assert txn.send(2, [b"x"])["error_code"] == 48
-    assert txn.add(2) == {2: 0}
-    assert txn.send(2, [b"x"])["error_code"] == 0
+    assert txn.send(2, [b"x"])["error_code"] == InvalidTxnStateError.code
+    assert txn.add(2) == {2: NO_ERROR}
+    assert txn.send(2, [b"x"])["error_code"] == NO_ERROR
     result = produce(clients.leader("t", 2), batch([b"y"], producer_id=txn.pid, epoch=0, seq=1, transactional=True),
                      partition=2, txn=None)
-    assert result["error_code"] == 53
+    assert result["error_code"] == TransactionalIdAuthorizationFailedError.code
 
 
 def test_init_producer_id_fences_the_old_epoch(cluster: MockCluster, clients: Clients) -> None:
     old = Txn(clients, "tx-fence")
-    assert old.add(0) == {0: 0}
+    assert old.add(0) == {0: NO_ERROR}
     old.send(0, [b"zombie"])
     new = Txn(clients, "tx-fence")
     assert (new.pid, new.epoch) == (old.pid, old.epoch + 1)
     # the ongoing transaction was aborted, with a marker of the new epoch
     assert cluster.transaction_state("tx-fence") == "Empty"
     assert [r.control_type for r in cluster.records("t", 0, include_control=True) if r.is_control] == [0]
-    assert old.add(1, version=3) == {1: 90}
-    assert old.add(1, version=1) == {1: 47}
-    assert old.end(commit=True, version=3) == 90
-    assert old.send(0, [b"late"])["error_code"] == 47
+    assert old.add(1, version=3) == {1: ProducerFencedError.code}
+    assert old.add(1, version=1) == {1: InvalidProducerEpochError.code}
+    assert old.end(commit=True, version=3) == ProducerFencedError.code
+    assert old.send(0, [b"late"])["error_code"] == InvalidProducerEpochError.code
     unknown = dict(old.__dict__)
     old.pid = 999999
-    assert old.add(1) == {1: 49}
+    assert old.add(1) == {1: InvalidProducerIdMappingError.code}
     old.__dict__.update(unknown)
     # InitProducerId v3+ with a stale producer id and epoch is fenced too
-    assert init_pid(new.coordinator, "tx-fence", producer_id=old.pid, epoch=old.epoch)["error_code"] == 90
+    assert init_pid(new.coordinator, "tx-fence", producer_id=old.pid, epoch=old.epoch)["error_code"] == (
+        ProducerFencedError.code
+    )
 
 
 def test_transaction_apis_need_the_coordinator(clients: Clients) -> None:
     txn = Txn(clients, "tx-coord")
     node = next(i for i in (1, 2, 3) if clients[i] is not txn.coordinator)
-    assert init_pid(clients[node], "tx-coord")["error_code"] == 16
+    assert init_pid(clients[node], "tx-coord")["error_code"] == NotCoordinatorError.code
     txn.coordinator, saved = clients[node], txn.coordinator
-    assert txn.add(0) == {0: 16}
-    assert txn.end(commit=True) == 16
+    assert txn.add(0) == {0: NotCoordinatorError.code}
+    assert txn.end(commit=True) == NotCoordinatorError.code
     txn.coordinator = saved
-    assert init_pid(saved, "tx-coord", timeout_ms=10 ** 9)["error_code"] == 50
-    assert init_pid(saved, "")["error_code"] == 42
-    assert txn.add(0, 99) == {0: 55, 99: 3}
+    assert init_pid(saved, "tx-coord", timeout_ms=10 ** 9)["error_code"] == InvalidTransactionTimeoutError.code
+    assert init_pid(saved, "")["error_code"] == InvalidRequestError.code
+    assert txn.add(0, 99) == {0: OperationNotAttemptedError.code, 99: UnknownTopicOrPartitionError.code}
 
 
 def test_offsets_in_a_transaction(cluster: MockCluster, clients: Clients) -> None:
@@ -245,20 +272,20 @@ def test_offsets_in_a_transaction(cluster: MockCluster, clients: Clients) -> Non
         txn = Txn(clients, f"tx-offsets-{commit}")
         body = {"transactional_id": txn.txn_id, "producer_id": txn.pid, "producer_epoch": txn.epoch,
                 "group_id": group}
-        assert txn.coordinator.request(ADD_OFFSETS_TO_TXN, 3, body)["error_code"] == 0
+        assert txn.coordinator.request(ADD_OFFSETS_TO_TXN, 3, body)["error_code"] == NO_ERROR
         node = clients[1].request(FIND_COORDINATOR, 1, {"key": group, "key_type": 0})["node_id"]
         commit_body = {"transactional_id": txn.txn_id, "group_id": group, "producer_id": txn.pid,
                        "producer_epoch": txn.epoch, "topics": [{"name": "t", "partitions": [
                            {"partition_index": 3, "committed_offset": 10 + commit, "committed_metadata": None}]}]}
         response = clients[node].request(TXN_OFFSET_COMMIT, 3, commit_body)
-        assert response["topics"][0]["partitions"][0]["error_code"] == 0
+        assert response["topics"][0]["partitions"][0]["error_code"] == NO_ERROR
         assert cluster.committed_offsets(group) == {}  # pending until the transaction commits
-        assert txn.end(commit) == 0
+        assert txn.end(commit) == NO_ERROR
         assert cluster.committed_offsets(group) == ({("t", 3): 11} if commit else {})
         if commit:
             # after the transaction a TxnOffsetCommit is refused until offsets are added again
             response = clients[node].request(TXN_OFFSET_COMMIT, 3, commit_body)
-            assert response["topics"][0]["partitions"][0]["error_code"] == 48
+            assert response["topics"][0]["partitions"][0]["error_code"] == InvalidTxnStateError.code
 
 
 def test_transaction_timeout_aborts_and_fences() -> None:
@@ -273,7 +300,7 @@ def test_transaction_timeout_aborts_and_fences() -> None:
             txn.add(0)
             txn.send(0, [b"a"])
             time.sleep(0.2)
-            assert txn.end(commit=True) == 90
+            assert txn.end(commit=True) == ProducerFencedError.code
             assert cluster.transaction_state("tx-slow") == "CompleteAbort"
             assert cluster.last_stable_offset("t", 0) == cluster.high_watermark("t", 0) == 2
         finally:
@@ -281,12 +308,12 @@ def test_transaction_timeout_aborts_and_fences() -> None:
 
 
 def test_injected_transaction_errors(cluster: MockCluster, clients: Clients) -> None:
-    cluster.inject_errors("init_producer_id", [15])
-    assert init_pid(clients[1])["error_code"] == 15
+    cluster.inject_errors("init_producer_id", [CoordinatorNotAvailableError.code])
+    assert init_pid(clients[1])["error_code"] == CoordinatorNotAvailableError.code
     txn = Txn(clients, "tx-inject")
-    cluster.inject_errors("add_partitions_to_txn", [51])
-    assert txn.add(0, 1) == {0: 51, 1: 55}
-    assert txn.add(0) == {0: 0}
-    cluster.inject_errors("end_txn", [51])
-    assert txn.end(commit=True) == 51
-    assert txn.end(commit=True) == 0
+    cluster.inject_errors("add_partitions_to_txn", [ConcurrentTransactionsError.code])
+    assert txn.add(0, 1) == {0: ConcurrentTransactionsError.code, 1: OperationNotAttemptedError.code}
+    assert txn.add(0) == {0: NO_ERROR}
+    cluster.inject_errors("end_txn", [ConcurrentTransactionsError.code])
+    assert txn.end(commit=True) == ConcurrentTransactionsError.code
+    assert txn.end(commit=True) == NO_ERROR

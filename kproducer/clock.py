@@ -7,6 +7,17 @@ import time
 from typing import Optional
 
 
+#: the longest single wait, in seconds: Java LONG timeouts (``max.block.ms=9223372036854775807``) are
+#: longer than threading can wait (OverflowError); waits are cut to this and loop on their deadline
+MAX_WAIT_S = min(threading.TIMEOUT_MAX, 86400.0 * 365)
+_WAIT_MAX_S = MAX_WAIT_S
+
+
+def wait_seconds(timeout_ms: float) -> float:
+    """``timeout_ms`` as seconds for a threading wait: at least 0, at most :data:`MAX_WAIT_S`."""
+    return min(max(0.0, timeout_ms) / 1000.0, MAX_WAIT_S)
+
+
 class Clock:
     """Real time: ``monotonic_ms()`` for deadlines, ``wall_ms()`` for record timestamps."""
 
@@ -17,8 +28,14 @@ class Clock:
         return int(time.time() * 1000)
 
     def wait(self, cond: threading.Condition, timeout_ms: Optional[float]) -> bool:
-        """Wait on ``cond`` (held by the caller) for at most ``timeout_ms``."""
-        return cond.wait(None if timeout_ms is None else max(0.0, timeout_ms) / 1000.0)
+        """Wait on ``cond`` (held by the caller) for at most ``timeout_ms``.
+
+        Timeouts beyond what the OS can wait (a Java long such as ``max.block.ms=9223372036854775807``)
+        are cut to :data:`threading.TIMEOUT_MAX`: the wait then ends early, as a spurious wakeup would,
+        and callers that loop on a deadline wait again."""
+        if timeout_ms is None:
+            return cond.wait(None)
+        return cond.wait(min(max(0.0, timeout_ms) / 1000.0, _WAIT_MAX_S))
 
 
 class FakeClock(Clock):

@@ -25,6 +25,12 @@ log = logging.getLogger(__name__)
 Serializer = Callable[[Any], Optional[bytes]]
 
 _INT_MAX = 2147483647
+_INT_MIN = -(1 << 31)
+_LONG_MAX = (1 << 63) - 1
+_LONG_MIN = -(1 << 63)
+#: Java's values of client.dns.lookup (the old "default" was removed in Kafka 3.0)
+DNS_LOOKUPS = ("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")
+METADATA_RECOVERY_STRATEGIES = ("none", "rebootstrap")
 
 HIDDEN = "[hidden]"
 
@@ -117,35 +123,46 @@ _SETTINGS: List[_Setting] = [
     _Setting("bootstrap.servers", None, "servers", "host:port[,host:port...] of brokers to bootstrap from"),
     _Setting("client.id", "", "str", "a name for this producer in broker logs and metrics"),
     _Setting("acks", "all", "acks", "0, 1 or all (-1)"),
-    _Setting("linger.ms", 5, "int", "how long to wait for more records before sending a batch", 0),
+    _Setting("linger.ms", 5, "long", "how long to wait for more records before sending a batch", 0),
     _Setting("batch.size", 16384, "int", "target batch size in bytes per partition", 0),
-    _Setting("buffer.memory", 33554432, "int", "bytes of memory for records waiting to be sent", 1),
-    _Setting("max.block.ms", 60000, "int", "how long send() may block for metadata or memory", 0),
+    _Setting("buffer.memory", 33554432, "long", "bytes of memory for records waiting to be sent", 1),
+    _Setting("max.block.ms", 60000, "long", "how long send() may block for metadata or memory", 0),
     _Setting("max.request.size", 1048576, "int", "largest produce request (and record) in bytes", 1),
     _Setting("request.timeout.ms", 30000, "int", "how long to wait for a broker's answer", 0),
     _Setting("delivery.timeout.ms", 120000, "int", "upper bound from send() to success or failure", 0),
     _Setting("retries", _INT_MAX, "int", "how many times a failed batch is retried", 0),
-    _Setting("retry.backoff.ms", 100, "int", "first wait before retrying", 0),
-    _Setting("retry.backoff.max.ms", 1000, "int", "largest wait between retries", 0),
-    _Setting("reconnect.backoff.ms", 50, "int", "first wait before reconnecting to a broker", 0),
-    _Setting("reconnect.backoff.max.ms", 1000, "int", "largest wait between reconnection attempts", 0),
+    _Setting("retry.backoff.ms", 100, "long", "first wait before retrying", 0),
+    _Setting("retry.backoff.max.ms", 1000, "long", "largest wait between retries", 0),
+    _Setting("reconnect.backoff.ms", 50, "long", "first wait before reconnecting to a broker", 0),
+    _Setting("reconnect.backoff.max.ms", 1000, "long", "largest wait between reconnection attempts", 0),
     _Setting("max.in.flight.requests.per.connection", 5, "int", "unacknowledged requests per broker", 1),
-    _Setting("metadata.max.age.ms", 300000, "int", "refresh metadata at least this often", 0),
-    _Setting("metadata.max.idle.ms", 300000, "int", "forget a topic's metadata after this idle time", 5000),
+    _Setting("metadata.max.age.ms", 300000, "long", "refresh metadata at least this often", 0),
+    _Setting("metadata.max.idle.ms", 300000, "long", "forget a topic's metadata after this idle time", 5000),
     _Setting("compression.type", "none", "compression", "none, gzip, snappy, lz4 or zstd"),
-    _Setting("compression.gzip.level", None, "optint", "gzip level 1-9", 1, 9),
-    _Setting("compression.lz4.level", None, "optint", "lz4 level 1-17", 1, 17),
+    _Setting("compression.gzip.level", -1, "optint", "gzip level 1-9, or -1 for zlib's default (6)", -1, 9),
+    _Setting("compression.lz4.level", 9, "optint", "lz4 level 1-17; 9 (the default) is the fast compressor, "
+             "others LZ4-HC", 1, 17),
     _Setting("compression.zstd.level", None, "optint", "zstd level -131072-22", -131072, 22),
     _Setting("enable.idempotence", True, "bool", "exactly-once per partition; needs acks=all"),
-    _Setting("transactional.id", None, "optstr", "enables transactions under this id"),
+    _Setting("transactional.id", None, "txnid", "enables transactions under this id (non-empty)"),
     _Setting("transaction.timeout.ms", 60000, "int", "how long a transaction may stay open", 1),
     _Setting("partitioner", None, "callable",
              "callable(topic, key_bytes, value_bytes, num_partitions) -> partition; default murmur2/sticky"),
     _Setting("partitioner.ignore.keys", False, "bool", "spread keyed records like keyless ones"),
     _Setting("key.serializer", None, "callable", "callable(key) -> bytes"),
     _Setting("value.serializer", None, "callable", "callable(value) -> bytes"),
-    _Setting("connections.max.idle.ms", 540000, "int", "close connections idle this long", -1),
-    _Setting("socket.connection.setup.timeout.ms", 10000, "int", "time to establish a connection", 0),
+    _Setting("connections.max.idle.ms", 540000, "long", "close connections idle this long", -1),
+    _Setting("socket.connection.setup.timeout.ms", 10000, "long",
+             "time to establish a connection (doubled per consecutive failure, with jitter)", 0),
+    _Setting("socket.connection.setup.timeout.max.ms", 30000, "long",
+             "largest connection setup timeout after consecutive failures", 0),
+    _Setting("client.dns.lookup", "use_all_dns_ips", "dnslookup",
+             "use_all_dns_ips: try every address of a broker's host name in turn "
+             "(resolve_canonical_bootstrap_servers_only is accepted and behaves the same, see docs/network.md)"),
+    _Setting("metadata.recovery.strategy", "rebootstrap", "recovery",
+             "rebootstrap: go back to bootstrap.servers when no known broker can be reached; none: do not"),
+    _Setting("metadata.recovery.rebootstrap.trigger.ms", 300000, "long",
+             "rebootstrap after this long without metadata while a refresh is wanted", 0),
     _Setting("send.buffer.bytes", 131072, "int", "SO_SNDBUF (-1: OS default)", -1),
     _Setting("receive.buffer.bytes", 32768, "int", "SO_RCVBUF (-1: OS default)", -1),
     _Setting("security.protocol", "PLAINTEXT", "choice", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
@@ -276,8 +293,14 @@ def _parse_int(s: _Setting, v: Any) -> int:
         raise ConfigError(f"{s.java} must be at least {s.lo}, got {n}")
     if s.hi is not None and n > s.hi:
         raise ConfigError(f"{s.java} must be at most {s.hi}, got {n}")
-    if not -(1 << 31) <= n <= _INT_MAX and s.java not in ("buffer.memory",):
-        raise ConfigError(f"{s.java} must fit in 32 bits, got {n}")
+    if s.kind == "long":
+        if not _LONG_MIN <= n <= _LONG_MAX:
+            raise ConfigError(f"{s.java} must fit in 64 bits (Java's long), got {n}")
+    elif not _INT_MIN <= n <= _INT_MAX:
+        raise ConfigError(f"{s.java} must fit in 32 bits (Java's int), got {n}")
+    if s.java == "compression.gzip.level" and n == 0:
+        # Java's GZIP level validator: 1..9, or -1 (Deflater.DEFAULT_COMPRESSION)
+        raise ConfigError(f"{s.java} must be -1 (zlib's default) or 1-9, got 0")
     return n
 
 
@@ -305,8 +328,27 @@ def parse_servers(value: Any) -> List[Tuple[str, int]]:
 
 def _convert(s: _Setting, v: Any) -> Any:
     kind = s.kind
-    if kind == "int":
+    if kind == "int" or kind == "long":
         return _parse_int(s, v)
+    if kind == "txnid":
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise ConfigError(f"{s.java} must be a string or None, got {v!r}")
+        if not v:
+            # Java's ConfigDef.NonEmptyString: an empty id is an error, not "no transactions"
+            raise ConfigError(f"{s.java} must be non-empty (leave it unset for a producer without transactions)")
+        return v
+    if kind == "dnslookup":
+        text = str(v).strip().lower()
+        if text not in DNS_LOOKUPS:
+            raise ConfigError(f"{s.java}={v!r} is not supported; valid: {', '.join(DNS_LOOKUPS)}")
+        return text
+    if kind == "recovery":
+        text = str(v).strip().lower()
+        if text not in METADATA_RECOVERY_STRATEGIES:
+            raise ConfigError(f"{s.java}={v!r} is not supported; valid: {', '.join(METADATA_RECOVERY_STRATEGIES)}")
+        return text
     if kind == "optint":
         return None if v is None else _parse_int(s, v)
     if kind == "bool":
@@ -679,6 +721,10 @@ class ProducerConfig:
     value_serializer: Optional[Serializer]
     connections_max_idle_ms: int
     socket_connection_setup_timeout_ms: int
+    socket_connection_setup_timeout_max_ms: int
+    client_dns_lookup: str
+    metadata_recovery_strategy: str
+    metadata_recovery_rebootstrap_trigger_ms: int
     send_buffer_bytes: int
     receive_buffer_bytes: int
     security_protocol: str
@@ -878,22 +924,30 @@ class ProducerConfig:
                 )
             self.enable_idempotence = True
         if self.enable_idempotence:
-            conflicts = []
-            if self.acks != -1:
-                conflicts.append(("acks", "all"))
+            # Java's ProducerConfig.postProcessAndValidateIdempotenceConfigs (Kafka 4.0): with idempotence only
+            # the default, retries=0 or acks other than all turn it off (logged); max.in.flight above 5 is an
+            # error either way (KAFKA-17927: Kafka 3.x turned idempotence off, 4.0 raises)
+            explicit_idempotence = "enable.idempotence" in explicit or self.transactional_id is not None
             if self.retries == 0:
-                conflicts.append(("retries", "greater than 0"))
-            if self.max_in_flight_requests_per_connection > 5:
-                conflicts.append(("max.in.flight.requests.per.connection", "at most 5"))
-            if conflicts:
-                if "enable.idempotence" in explicit or self.transactional_id is not None:
-                    name, need = conflicts[0]
-                    raise ConfigError(
-                        f"enable.idempotence=true requires {name} to be {need}; "
-                        f"either set {name} accordingly or set enable.idempotence=false"
-                    )
-                # idempotence was only the default: the user's explicit settings win, as in Java
+                if explicit_idempotence:
+                    raise ConfigError("enable.idempotence=true requires retries to be greater than 0; "
+                                      "either set retries accordingly or set enable.idempotence=false")
+                log.info("idempotence is disabled because retries is set to 0")
                 self.enable_idempotence = False
+            if self.acks != -1:
+                if explicit_idempotence:
+                    raise ConfigError("enable.idempotence=true requires acks to be all; "
+                                      "either set acks accordingly or set enable.idempotence=false")
+                log.info("idempotence is disabled because acks is set to %s, not all", self.acks)
+                self.enable_idempotence = False
+            in_flight = self.max_in_flight_requests_per_connection
+            if in_flight > 5:
+                raise ConfigError(
+                    f"max.in.flight.requests.per.connection={in_flight}: at most 5 with the idempotent producer "
+                    "(the default since Kafka 3.0; Kafka 4.0 refuses more, as kproducer does); set "
+                    "max.in.flight.requests.per.connection to at most 5, or set enable.idempotence=false")
+            if self.transactional_id is not None and not self.enable_idempotence:
+                raise ConfigError("transactional.id requires idempotence, which acks or retries turned off")
         needed = self.linger_ms + self.request_timeout_ms
         if self.delivery_timeout_ms < needed:
             if "delivery.timeout.ms" in explicit:
@@ -901,11 +955,20 @@ class ProducerConfig:
                     f"delivery.timeout.ms={self.delivery_timeout_ms} must be at least linger.ms + "
                     f"request.timeout.ms = {needed}"
                 )
-            self.delivery_timeout_ms = needed
+            # Java's KafkaProducer.configureDeliveryTimeout: an int, so at most Integer.MAX_VALUE
+            self.delivery_timeout_ms = min(needed, _INT_MAX)
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             self.retry_backoff_max_ms = self.retry_backoff_ms
-        if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
+        if "reconnect.backoff.ms" in explicit and "reconnect.backoff.max.ms" not in explicit:
+            # Java's CommonClientConfigs.postProcessReconnectBackoffConfigs
+            log.warning("disabling exponential reconnect backoff because reconnect.backoff.ms is set, but "
+                        "reconnect.backoff.max.ms is not")
             self.reconnect_backoff_max_ms = self.reconnect_backoff_ms
+        if self.reconnect_backoff_max_ms < self.reconnect_backoff_ms:
+            # Java's ExponentialBackoff: a maximum below the initial value means a constant initial value
+            self.reconnect_backoff_max_ms = self.reconnect_backoff_ms
+        if self.socket_connection_setup_timeout_max_ms < self.socket_connection_setup_timeout_ms:
+            self.socket_connection_setup_timeout_max_ms = self.socket_connection_setup_timeout_ms
 
     @property
     def compression_level(self) -> Optional[int]:

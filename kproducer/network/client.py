@@ -12,6 +12,12 @@ are not retried in a loop: the connection backs off like any failed attempt, and
 to the producer (:meth:`NetworkClient.take_authentication_failures`) and to metadata waits, which fail
 at once with it.
 
+Also as Java: the setup timeout doubles per consecutive failed attempt up to
+``socket.connection.setup.timeout.max.ms``; a response with ``throttle_time_ms`` holds back further
+requests to its broker until the throttle ends (KIP-219); when no known broker can be reached the client
+goes back to ``bootstrap.servers`` (KIP-899, ``metadata.recovery.strategy=rebootstrap``). See
+docs/network.md.
+
 Used by one thread (the producer's sender thread); only :meth:`NetworkClient.wakeup` may be called from
 others.
 """
@@ -22,7 +28,7 @@ import random
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
 from ..protocol import messages as m
 from ..protocol.errors import (
     AuthenticationError,
@@ -45,6 +51,25 @@ log = logging.getLogger(__name__)
 ResponseCallback = Callable[["ClientResponse"], None]
 
 SOFTWARE_NAME = "kproducer"
+
+#: api key -> the first version whose throttle_time_ms the client must honour itself (KIP-219; Java's
+#: ``shouldClientThrottle`` of each response class). APIs not listed are never throttled client-side.
+_CLIENT_THROTTLE_SINCE: Dict[int, int] = {
+    0: 6,  # Produce
+    1: 8,  # Fetch
+    2: 3,  # ListOffsets
+    3: 6,  # Metadata
+    8: 4,  # OffsetCommit
+    9: 4,  # OffsetFetch
+    10: 2,  # FindCoordinator
+    18: 2,  # ApiVersions
+    19: 3,  # CreateTopics
+    22: 1,  # InitProducerId
+    24: 1,  # AddPartitionsToTxn
+    25: 1,  # AddOffsetsToTxn
+    26: 1,  # EndTxn
+    28: 1,  # TxnOffsetCommit
+}
 
 
 class ClientRequest:
@@ -107,11 +132,15 @@ class NetworkClient:
         reconnect_backoff_ms: float = 50,
         reconnect_backoff_max_ms: float = 1000,
         connection_setup_timeout_ms: float = 10000,
+        connection_setup_timeout_max_ms: float = 30000,
+        connection_setup_timeout_jitter: float = 0.0,
         connections_max_idle_ms: float = 540000,
         allow_auto_topic_creation: bool = True,
         software_version: str = "0",
         clock: Clock = SYSTEM_CLOCK,
         security: ChannelSecurity = PLAINTEXT,
+        metadata_recovery_strategy: str = "rebootstrap",
+        rebootstrap_trigger_ms: float = 300000,
     ) -> None:
         self.metadata = metadata
         self.security = security
@@ -119,6 +148,17 @@ class NetworkClient:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
+        # Java's ClusterConnectionStates: the setup timeout doubles per consecutive failed attempt, up to
+        # socket.connection.setup.timeout.max.ms, with +/-20% jitter (the producer passes Java's 0.2; the
+        # default 0 keeps tests exact)
+        self.setup_timeout_backoff = ExponentialBackoff(
+            connection_setup_timeout_ms, max(connection_setup_timeout_ms, connection_setup_timeout_max_ms),
+            connection_setup_timeout_jitter)
+        self._setup_timeouts: Dict[int, float] = {}  # node -> the setup timeout of its current attempt
+        self.metadata_recovery_strategy = metadata_recovery_strategy
+        self.rebootstrap_trigger_ms = rebootstrap_trigger_ms
+        #: times this client went back to bootstrap.servers (KIP-899)
+        self.rebootstraps = 0
         self.connections_max_idle_ms = connections_max_idle_ms
         self._last_activity: Dict[int, float] = {}
         self._unanswered_ids: Dict[int, Deque[int]] = {}  # correlation ids of written acks=0 requests
@@ -144,6 +184,8 @@ class NetworkClient:
         self._auth_failures: Dict[int, AuthenticationError] = {}  # not yet taken by the producer
         #: "host:port" -> why the last connection to it failed (for error messages that explain timeouts)
         self.last_errors: Dict[str, str] = {}
+        #: sum of the throttle times brokers asked for (KIP-219), for metrics
+        self.throttle_time_ms_total = 0
         self.closed = False
 
     # -- connection readiness ------------------------------------------------------------------
@@ -152,8 +194,9 @@ class NetworkClient:
         return self.metadata.cluster.nodes.get(node_id)
 
     def is_ready(self, node_id: int, now_ms: float) -> bool:
-        """Connected, ApiVersions done and below max.in.flight (and metadata is not overdue)."""
-        return self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id)
+        """Connected, ApiVersions done, below max.in.flight and not throttled by the broker (KIP-219)."""
+        return self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id) and \
+            not self.states.is_throttled(node_id, now_ms)
 
     def ready(self, node_id: int, now_ms: float) -> bool:
         """Like :meth:`is_ready`, but starts connecting when the node is disconnected and backoff allows."""
@@ -167,7 +210,11 @@ class NetworkClient:
         return self.states.connection_delay(node_id, now_ms)
 
     def poll_delay_ms(self, node_id: int, now_ms: float) -> float:
-        """How long until ``node_id`` may be ready: backoff while disconnected, otherwise unknown."""
+        """How long until ``node_id`` may be ready: backoff while disconnected, the rest of a broker's
+        throttle (KIP-219) while connected, otherwise unknown."""
+        throttle = self.states.throttle_delay_ms(node_id, now_ms)
+        if throttle > 0 and self.states.is_ready(node_id):
+            return throttle
         if self.states.state(node_id) == ConnectionState.DISCONNECTED:
             return self.states.connection_delay(node_id, now_ms)
         return float("inf")
@@ -198,6 +245,7 @@ class NetworkClient:
         log.debug("connecting to node %s at %s:%s", node_id, host, port)
         self.states.connecting(node_id, now_ms, host, port)
         self._connect_started[node_id] = now_ms
+        self._setup_timeouts[node_id] = self.setup_timeout_backoff.backoff(self.states.failures(node_id))
         self.selector.connect(node_id, host, port)
 
     def learn_node_address(self, node_id: int, host: str, port: int) -> None:
@@ -216,7 +264,7 @@ class NetworkClient:
         can_connect = None
         for i in range(len(nodes)):
             node_id = nodes[(offset + i) % len(nodes)]
-            if self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id):
+            if self.is_ready(node_id, now_ms):
                 load = self.in_flight.count(node_id)
                 if load == 0:
                     return node_id
@@ -361,10 +409,26 @@ class NetworkClient:
                 self._protocol_failure(node_id, str(e), responses, now_ms)
                 continue
             self.in_flight.complete_oldest(node_id)
+            self._maybe_throttle(req, body, now_ms)
             if req.internal:
                 self._handle_internal_response(req, body, now_ms)
             else:
                 responses.append(ClientResponse(req, body, now_ms))
+
+    def _maybe_throttle(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
+        """KIP-219: a broker that answers at once with throttle_time_ms > 0 expects the client to send it
+        nothing more until the throttle ends (API versions from which it does, as Java's
+        ``AbstractResponse.shouldClientThrottle``; older versions were delayed by the broker itself)."""
+        throttle = body.get("throttle_time_ms")
+        if not throttle or throttle <= 0:
+            return
+        since = _CLIENT_THROTTLE_SINCE.get(req.api.key)
+        if since is None or req.version < since:
+            return
+        log.debug("node %s throttles this client for %s ms (%s v%s)", req.node_id, throttle, req.api.name,
+                  req.version)
+        self.states.throttle(req.node_id, now_ms + throttle)
+        self.throttle_time_ms_total += throttle
 
     def _protocol_failure(self, node_id: int, why: str, responses: List[ClientResponse], now_ms: float) -> None:
         log.error("closing connection to node %s: %s", node_id, why)
@@ -409,6 +473,7 @@ class NetworkClient:
         self._unwritten.pop(node_id, None)
         self._unanswered_ids.pop(node_id, None)
         self._connect_started.pop(node_id, None)
+        self._setup_timeouts.pop(node_id, None)
         for req in self.in_flight.clear_all(node_id):
             if req.internal:
                 if req is self._metadata_in_flight:
@@ -447,7 +512,7 @@ class NetworkClient:
         node_id = req.node_id
         versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
         err = body["error_code"]
-        if err == 35 and req.version > 0:
+        if err == UnsupportedVersionError.code and req.version > 0:
             # the broker told us which ApiVersions versions it speaks: ask again with the best of them
             rng = versions.get(m.API_VERSIONS.key)
             retry = min(rng[1], m.API_VERSIONS.max_version) if rng else 0
@@ -469,6 +534,7 @@ class NetworkClient:
 
     def _set_ready(self, node_id: int) -> None:
         self._connect_started.pop(node_id, None)
+        self._setup_timeouts.pop(node_id, None)
         self.states.ready(node_id)
         self.metadata.authentication_succeeded()
         addr = self._node_addresses.get(node_id)
@@ -542,10 +608,18 @@ class NetworkClient:
         if wait > 0:
             return wait
         node_id = self.least_loaded_node(now_ms)
+        if self.metadata_recovery_strategy == "rebootstrap" and not self.metadata.cluster.is_bootstrap:
+            # KIP-899 / KIP-1102: every known broker is out of reach (or no metadata came for
+            # metadata.recovery.rebootstrap.trigger.ms): start again from bootstrap.servers
+            stuck = node_id is None and not any(self.states.is_ready(n) for n in self.metadata.cluster.nodes) \
+                and not self._bootstrap_is_known_brokers()
+            if stuck or self.metadata.rebootstrap_due(now_ms, self.rebootstrap_trigger_ms):
+                self._rebootstrap(now_ms)
+                node_id = self.least_loaded_node(now_ms)
         if node_id is None:
             log.debug("no broker available for a metadata request; backing off")
             return self.reconnect_backoff_ms
-        if self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id):
+        if self.is_ready(node_id, now_ms):
             topics, partial = self.metadata.request_topics(now_ms)
             version = self.api_version(node_id, m.METADATA)
             body: Dict[str, Any] = {
@@ -562,6 +636,25 @@ class NetworkClient:
             return self.reconnect_backoff_ms
         self._initiate_connect(node_id, now_ms)
         return self.reconnect_backoff_ms
+
+    def _bootstrap_is_known_brokers(self) -> bool:
+        """Whether bootstrap.servers names only brokers of the current metadata (a single broker, or a
+        cluster listed in full): going back to them at once would reach nothing new and only drop the
+        partition metadata that send() needs while they are down, so only the trigger time applies."""
+        known = {(n.host, n.port) for n in self.metadata.cluster.nodes.values()}
+        return all(addr in known for addr in self.metadata.bootstrap_servers)
+
+    def _rebootstrap(self, now_ms: float) -> None:
+        log.info("no known broker can be reached (or no metadata for %.0f ms): rebootstrapping from "
+                 "bootstrap.servers %s", self.rebootstrap_trigger_ms,
+                 ",".join(f"{h}:{p}" for h, p in self.metadata.bootstrap_servers))
+        self.rebootstraps += 1
+        self.metadata.rebootstrap(now_ms)
+        for node_id in self.metadata.cluster.nodes:
+            # the bootstrap node ids are reused: forget what an earlier bootstrap connection left behind
+            if self.states.state(node_id) == ConnectionState.DISCONNECTED:
+                self.states.remove(node_id)
+            self._node_addresses.pop(node_id, None)
 
     def _handle_metadata(self, req: ClientRequest, body: Dict[str, Any], now_ms: float) -> None:
         self._metadata_in_flight = None
@@ -584,9 +677,11 @@ class NetworkClient:
 
     def _handle_timed_out_connections(self, responses: List[ClientResponse], now_ms: float) -> None:
         for node_id, started in list(self._connect_started.items()):
-            if now_ms - started >= self.connection_setup_timeout_ms:
-                why = (f"connection setup timed out after {self.connection_setup_timeout_ms:.0f} ms "
-                       f"(socket.connection.setup.timeout.ms) while {self.states.state(node_id)}")
+            limit = self._setup_timeouts.get(node_id, self.connection_setup_timeout_ms)
+            if now_ms - started >= limit:
+                why = (f"connection setup timed out after {limit:.0f} ms (socket.connection.setup.timeout.ms, "
+                       f"doubled per failed attempt up to socket.connection.setup.timeout.max.ms) while "
+                       f"{self.states.state(node_id)}")
                 fatal = self.selector.setup_timeout_error(node_id)
                 log.warning("node %s: %s", node_id, fatal or why)
                 self.selector.close(node_id, why)

@@ -1,4 +1,5 @@
-"""Per-node connection state with exponential reconnect backoff (Kafka's ClusterConnectionStates)."""
+"""Per-node connection state with exponential reconnect backoff and KIP-219 client-side throttling
+(Kafka's ClusterConnectionStates)."""
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -18,7 +19,7 @@ _SETTING_UP = (ConnectionState.CONNECTING, ConnectionState.CHECKING_API_VERSIONS
 
 
 class _NodeState:
-    __slots__ = ("state", "last_attempt_ms", "failures", "backoff_ms", "host", "port")
+    __slots__ = ("state", "last_attempt_ms", "failures", "backoff_ms", "host", "port", "throttle_until_ms")
 
     def __init__(self, host: str, port: int) -> None:
         self.state = ConnectionState.DISCONNECTED
@@ -27,6 +28,7 @@ class _NodeState:
         self.backoff_ms = 0.0
         self.host = host
         self.port = port
+        self.throttle_until_ms = 0.0
 
 
 class ClusterConnectionStates:
@@ -100,8 +102,33 @@ class ClusterConnectionStates:
         n.last_attempt_ms = now_ms
 
     def is_ready(self, node_id: int) -> bool:
+        """READY (throttled or not: see :meth:`is_throttled`)."""
         n = self._nodes.get(node_id)
         return n is not None and n.state == ConnectionState.READY
+
+    # -- KIP-219 client-side throttling ------------------------------------------------------------
+
+    def throttle(self, node_id: int, until_ms: float) -> None:
+        """Send nothing more to ``node_id`` before ``until_ms`` (a broker's throttle_time_ms); never
+        shortens a throttle already in force."""
+        n = self._nodes.get(node_id)
+        if n is not None and n.throttle_until_ms < until_ms:
+            n.throttle_until_ms = until_ms
+
+    def throttle_delay_ms(self, node_id: int, now_ms: float) -> float:
+        n = self._nodes.get(node_id)
+        return max(0.0, n.throttle_until_ms - now_ms) if n is not None else 0.0
+
+    def is_throttled(self, node_id: int, now_ms: float) -> bool:
+        n = self._nodes.get(node_id)
+        return n is not None and n.throttle_until_ms > now_ms
+
+    def poll_delay_ms(self, node_id: int, now_ms: float) -> float:
+        """Java's pollDelayMs: the throttle delay of a connected node, else :meth:`connection_delay`."""
+        n = self._nodes.get(node_id)
+        if n is not None and n.state == ConnectionState.READY and n.throttle_until_ms > now_ms:
+            return n.throttle_until_ms - now_ms
+        return self.connection_delay(node_id, now_ms)
 
     def any_ready(self) -> bool:
         """Whether some connection is READY (safe to call from another thread: reads a snapshot)."""

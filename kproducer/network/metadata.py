@@ -9,14 +9,21 @@ import logging
 import threading
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..protocol.errors import KafkaError, error_for_code
+from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
+from ..protocol.errors import (
+    KafkaError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    ReplicaNotAvailableError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 
 log = logging.getLogger(__name__)
 
 # error codes that mean "try again after a refresh" rather than "this topic is broken"
-_LEADER_NOT_AVAILABLE = 5
-_UNKNOWN_TOPIC_OR_PARTITION = 3
+_LEADER_NOT_AVAILABLE = LeaderNotAvailableError.code
+_UNKNOWN_TOPIC_OR_PARTITION = UnknownTopicOrPartitionError.code
 
 
 class Node(NamedTuple):
@@ -98,9 +105,23 @@ class Metadata:
         refresh_backoff_ms: float = 100,
         metadata_max_idle_ms: float = 300000,
         clock: Clock = SYSTEM_CLOCK,
+        refresh_backoff_max_ms: float = 1000,
+        refresh_backoff_jitter: float = 0.0,
     ) -> None:
         self.max_age_ms = metadata_max_age_ms
         self.refresh_backoff_ms = refresh_backoff_ms
+        # KIP-580: failed refreshes back off exponentially (retry.backoff.ms -> retry.backoff.max.ms, +/-20%)
+        # (the producer passes Java's 0.2 jitter; the default 0 keeps tests exact)
+        self.refresh_backoff = ExponentialBackoff(
+            refresh_backoff_ms, max(refresh_backoff_ms, refresh_backoff_max_ms), refresh_backoff_jitter)
+        #: consecutive failed refreshes (0 after a successful one)
+        self.attempts = 0
+        self._backoff_ms = self.refresh_backoff.backoff(0)
+        #: partition -> the highest leader epoch seen (stale metadata with an older one is not applied)
+        self._last_seen_epochs: Dict[Tuple[str, int], int] = {}
+        self._topic_ids: Dict[str, Any] = {}
+        # when a metadata response (or a rebootstrap) last came: for metadata.recovery.rebootstrap.trigger.ms
+        self._last_response_ms = clock.monotonic_ms()
         self.max_idle_ms = metadata_max_idle_ms
         self.clock = clock
         self.cluster = Cluster.bootstrap_cluster(bootstrap_servers)
@@ -159,7 +180,7 @@ class Metadata:
             due = 0.0
         else:
             due = max(0.0, self.last_successful_refresh_ms + self.max_age_ms - now_ms)
-        backoff = max(0.0, self.last_refresh_ms + self.refresh_backoff_ms - now_ms)
+        backoff = max(0.0, self.last_refresh_ms + self._backoff_ms - now_ms)
         return max(due, backoff)
 
     def request_topics(self, now_ms: float) -> Tuple[Optional[List[str]], bool]:
@@ -185,6 +206,7 @@ class Metadata:
         errors: Dict[str, int] = {}
         exceptions: Dict[str, KafkaError] = {}
         seen: Set[str] = set()
+        topic_ids: Dict[str, Any] = {}
         for t in response["topics"]:
             name = t["name"]
             if name is None:
@@ -198,17 +220,21 @@ class Metadata:
                     if not exc.retriable:
                         exceptions[name] = exc
                 continue
+            topic_id = t.get("topic_id")
             for pinfo in t["partitions"]:
                 leader = pinfo["leader_id"]
-                if pinfo["error_code"] and pinfo["error_code"] != 9:  # 9 REPLICA_NOT_AVAILABLE still has a leader
-                    leader = -1 if pinfo["error_code"] in (_LEADER_NOT_AVAILABLE, 6) else leader
+                if pinfo["error_code"] and pinfo["error_code"] != ReplicaNotAvailableError.code:  # still has a leader
+                    leader = -1 if pinfo["error_code"] in (_LEADER_NOT_AVAILABLE, NotLeaderOrFollowerError.code) else leader
                 parts.append(PartitionInfo(
                     name, pinfo["partition_index"], leader, pinfo.get("leader_epoch", -1),
                     tuple(pinfo.get("replica_nodes") or ()), tuple(pinfo.get("isr_nodes") or ()),
                     pinfo["error_code"],
                 ))
+            if topic_id is not None:
+                topic_ids[name] = topic_id
         with self._lock:
             old = self.cluster
+            parts = self._refuse_stale_leaders(parts, old, topic_ids)
             if partial and not old.is_bootstrap:
                 # keep what we knew about the topics this request did not cover
                 for topic, infos in old.partitions.items():
@@ -231,6 +257,9 @@ class Metadata:
             if not self._new_topics:
                 self._need_partial_update = False
             self.last_refresh_ms = now_ms
+            self._last_response_ms = now_ms
+            self.attempts = 0
+            self._backoff_ms = self.refresh_backoff.backoff(0)
             if not partial:
                 self.last_successful_refresh_ms = now_ms
             elif self.last_successful_refresh_ms == 0:
@@ -238,9 +267,63 @@ class Metadata:
             self.version += 1
             self._lock.notify_all()
 
+    def _refuse_stale_leaders(self, parts: List[PartitionInfo], old: Cluster,
+                              topic_ids: Dict[str, Any]) -> List[PartitionInfo]:
+        """Java's Metadata.updateLatestMetadata: a partition whose leader epoch is older than the newest one
+        seen keeps the metadata we had (or is left out when we had none); a new topic id resets the epoch."""
+        out: List[PartitionInfo] = []
+        old_by_tp: Optional[Dict[Tuple[str, int], PartitionInfo]] = None
+        seen = self._last_seen_epochs
+        for pi in parts:
+            tp = (pi.topic, pi.partition)
+            epoch = pi.leader_epoch
+            if epoch < 0:  # an old broker, or an error without a leader: nothing to compare
+                out.append(pi)
+                continue
+            current = seen.get(tp)
+            new_id = topic_ids.get(pi.topic)
+            old_id = self._topic_ids.get(pi.topic)
+            if current is None or epoch >= current or (new_id is not None and new_id != old_id):
+                seen[tp] = epoch
+                out.append(pi)
+                continue
+            log.debug("ignoring metadata of %s-%s with leader epoch %s: epoch %s was seen already", pi.topic,
+                      pi.partition, epoch, current)
+            if old_by_tp is None:
+                old_by_tp = {(p.topic, p.partition): p for ps in old.partitions.values() for p in ps}
+            kept = old_by_tp.get(tp)
+            if kept is not None:
+                out.append(kept)
+        self._topic_ids.update(topic_ids)
+        return out
+
+    def last_seen_leader_epoch(self, tp: Tuple[str, int]) -> Optional[int]:
+        return self._last_seen_epochs.get(tp)
+
+    def rebootstrap(self, now_ms: float) -> None:
+        """KIP-899: forget the brokers we knew and start again from bootstrap.servers (Java's
+        Metadata.rebootstrap). Topics in use, and the leader epochs seen, are kept."""
+        with self._lock:
+            log.info("rebootstrapping with %s", ",".join(f"{h}:{p}" for h, p in self.bootstrap_servers))
+            self.cluster = Cluster.bootstrap_cluster(self.bootstrap_servers)
+            self._need_full_update = True
+            self._last_response_ms = now_ms
+            self.attempts = 0
+            self._backoff_ms = self.refresh_backoff.backoff(0)
+            self.last_refresh_ms = 0.0
+            self.version += 1
+            self._lock.notify_all()
+
+    def rebootstrap_due(self, now_ms: float, trigger_ms: float) -> bool:
+        """Whether a refresh is wanted and no metadata came for ``trigger_ms`` (KIP-1102's
+        metadata.recovery.rebootstrap.trigger.ms)."""
+        return self.update_requested() and now_ms - self._last_response_ms >= trigger_ms
+
     def failed_update(self, now_ms: float, error: Optional[KafkaError] = None) -> None:
         with self._lock:
             self.last_refresh_ms = now_ms
+            self._backoff_ms = self.refresh_backoff.backoff(self.attempts)
+            self.attempts += 1
             if error is not None and not error.retriable:
                 self._fatal = error
             self._lock.notify_all()

@@ -20,7 +20,7 @@ import socket
 import ssl
 import struct
 from collections import deque
-from typing import Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
 
@@ -30,6 +30,33 @@ _SIZE = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 
 NodeId = int
+#: one address of a host, as socket.getaddrinfo gives it: (family, type, proto, canonname, sockaddr)
+AddrInfo = Tuple[Any, Any, int, str, Any]
+Resolver = Callable[[str, int], List[AddrInfo]]
+
+
+def resolve(host: str, port: int) -> List[AddrInfo]:
+    """Every TCP address of ``host`` (socket.getaddrinfo), de-duplicated, in the resolver's order."""
+    infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    seen = set()
+    out: List[AddrInfo] = []
+    for info in infos:
+        if info[4] not in seen:
+            seen.add(info[4])
+            out.append(info)
+    return out
+
+
+class _HostAddresses:
+    """The resolved addresses of one broker host and the one to try next (Java's NodeConnectionState
+    addresses: ``client.dns.lookup=use_all_dns_ips``)."""
+
+    __slots__ = ("addresses", "index", "last_attempted")
+
+    def __init__(self) -> None:
+        self.addresses: List[AddrInfo] = []
+        self.index = 0
+        self.last_attempted: Optional[Any] = None
 
 
 class ChannelState:
@@ -97,7 +124,7 @@ class KafkaChannel:
     """One connection: socket, outgoing frame queue, incoming frame reassembly."""
 
     __slots__ = ("node_id", "sock", "state", "address", "sends", "current", "frames_written",
-                 "reader", "registered_events", "tls", "handshake_events", "received_any")
+                 "reader", "registered_events", "tls", "handshake_events", "received_any", "sockaddr")
 
     def __init__(self, node_id: NodeId, sock: Sock, address: Tuple[str, int], max_receive: int) -> None:
         self.node_id = node_id
@@ -112,6 +139,7 @@ class KafkaChannel:
         self.tls = False
         self.handshake_events = selectors.EVENT_READ  # what the TLS handshake waits for
         self.received_any = False
+        self.sockaddr: Any = None  # the address connected to
 
     @property
     def peer(self) -> str:
@@ -130,8 +158,19 @@ class Selector:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         ssl_context: Optional[ssl.SSLContext] = None,
+        resolver: Resolver = resolve,
+        client_dns_lookup: str = "use_all_dns_ips",
     ) -> None:
         self.max_receive_size = max_receive_size
+        self.resolver = resolver
+        #: use_all_dns_ips (Java's default) or resolve_canonical_bootstrap_servers_only: both try every
+        #: address of a host in turn (the latter's canonical-name expansion of bootstrap servers is not done)
+        self.client_dns_lookup = client_dns_lookup
+        if client_dns_lookup == "resolve_canonical_bootstrap_servers_only":
+            log.info("client.dns.lookup=resolve_canonical_bootstrap_servers_only: bootstrap servers are used as "
+                     "given (no canonical-name expansion, which only Kerberos needs); every address of a host "
+                     "is tried in turn, as with use_all_dns_ips")
+        self._hosts: Dict[Tuple[str, int], _HostAddresses] = {}
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
         self.ssl_context = ssl_context
@@ -162,15 +201,15 @@ class Selector:
         if node_id in self._channels:
             raise ValueError(f"already connected or connecting to node {node_id}")
         try:
-            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            family, stype, proto, _name, addr = self._next_address(host, port)
         except OSError as e:
             self.disconnected[node_id] = f"cannot resolve {host}:{port}: {e}"
             return
-        family, stype, proto, _name, addr = infos[0]
         sock = socket.socket(family, stype, proto)
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as Java's Selector.configureSocketChannel
             if self.send_buffer_bytes > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
             if self.receive_buffer_bytes > 0:
@@ -178,6 +217,7 @@ class Selector:
         except OSError:
             pass
         ch = KafkaChannel(node_id, sock, (host, port), self.max_receive_size)
+        ch.sockaddr = addr
         self._channels[node_id] = ch
         rc = sock.connect_ex(addr)
         if rc == 0:
@@ -187,7 +227,42 @@ class Selector:
         elif rc in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
             self._update_interest(ch)
         else:
-            self._close_channel(ch, f"connect to {host}:{port} failed: {errno.errorcode.get(rc, rc)}")
+            self._close_channel(ch, f"connect to {host}:{port} ({_format_sockaddr(addr)}) failed: "
+                                    f"{errno.errorcode.get(rc, rc)}")
+
+    def _next_address(self, host: str, port: int) -> AddrInfo:
+        """The address to try for ``host``: each new attempt takes the next address of the last
+        resolution, and once all were tried the name is resolved again (Java's ClusterConnectionStates
+        ``moveToNextAddress``/``currentAddress``). Like Java's ClientUtils.resolve, only addresses of the
+        first address's family (IPv4 or IPv6) are kept. OSError when the name does not resolve."""
+        entry = self._hosts.get((host, port))
+        if entry is None:
+            entry = self._hosts[(host, port)] = _HostAddresses()
+        elif entry.addresses:
+            entry.index += 1
+            if entry.index >= len(entry.addresses):
+                entry.addresses = []  # exhausted: resolve again
+        if not entry.addresses:
+            infos = self.resolver(host, port)
+            if not infos:
+                raise OSError(f"no address for {host}")
+            family = infos[0][0]
+            entry.addresses = [i for i in infos if i[0] == family]
+            entry.index = 0
+            # do not try the address that just failed first again when there is another one
+            if len(entry.addresses) > 1 and entry.addresses[0][4] == entry.last_attempted:
+                entry.index = 1
+            log.debug("resolved %s to %s", host, [a[4] for a in entry.addresses])
+        info = entry.addresses[entry.index]
+        entry.last_attempted = info[4]
+        return info
+
+    def forget_addresses(self, host: str, port: int) -> None:
+        """Resolve ``host`` again at the next connection (after an established connection is lost, its
+        broker may have moved: Java clears the addresses then too)."""
+        entry = self._hosts.get((host, port))
+        if entry is not None:
+            entry.addresses = []
 
     def is_connected(self, node_id: NodeId) -> bool:
         ch = self._channels.get(node_id)
@@ -245,6 +320,9 @@ class Selector:
         except OSError:
             pass
         self._channels.pop(ch.node_id, None)
+        if ch.received_any:
+            # an established connection was lost: the broker's addresses may have changed
+            self.forget_addresses(ch.address[0], ch.address[1])
         if report:
             self.disconnected[ch.node_id] = reason
         log.debug("connection to node %s (%s:%s) closed: %s", ch.node_id, ch.address[0], ch.address[1], reason)
@@ -371,7 +449,8 @@ class Selector:
         err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             self._close_channel(
-                ch, f"connect to {ch.address[0]}:{ch.address[1]} failed: {errno.errorcode.get(err, err)}"
+                ch, f"connect to {ch.address[0]}:{ch.address[1]} ({_format_sockaddr(ch.sockaddr)}) failed: "
+                    f"{errno.errorcode.get(err, err)}"
             )
             return
         if self.ssl_context is not None:
@@ -522,6 +601,13 @@ class Selector:
 
     def channel_ids(self) -> List[NodeId]:
         return list(self._channels)
+
+
+def _format_sockaddr(addr: Any) -> str:
+    if isinstance(addr, tuple) and len(addr) >= 2:
+        host = str(addr[0])
+        return f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}"
+    return str(addr)
 
 
 def _ssl_reason(e: BaseException) -> str:

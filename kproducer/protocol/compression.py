@@ -163,8 +163,9 @@ def is_codec_available(codec: int) -> bool:
 def validate_level(codec: int, level: Optional[int]) -> None:
     """Raise ValueError if ``level`` is not a valid compression level for ``codec``.
 
-    None always means the codec's default.  gzip: -1..9 (default 6); lz4: 1..17 (None = the
-    fast compressor, like Java's default; other levels use LZ4 HC); zstd: -131072..22 (default 3).
+    None always means the codec's default.  gzip: -1 or 1..9 (-1 = zlib's default, 6); lz4: 1..17
+    (None or 9, Java's default, = the fast compressor; other levels use LZ4 HC, as Java's
+    Lz4BlockOutputStream does); zstd: -131072..22 (default 3).
     "none" and snappy have no levels: only None is accepted.
     """
     if codec not in CODEC_NAMES:
@@ -177,6 +178,9 @@ def validate_level(codec: int, level: Optional[int]) -> None:
     if bounds is None:
         raise ValueError(f"{CODEC_NAMES[codec]} compression has no levels (got level {level})")
     low, high = bounds
+    if codec == CODEC_GZIP and level == 0:
+        # Java's GZIP level validator: 1..9 or -1 (Deflater.DEFAULT_COMPRESSION); 0 (store) is refused
+        raise ValueError("gzip compression level must be -1 (zlib's default) or in [1, 9], got 0")
     if not low <= level <= high:
         raise ValueError(
             f"{CODEC_NAMES[codec]} compression level must be in [{low}, {high}], got {level}"
@@ -271,11 +275,25 @@ def _snappy_decompress(data: bytes) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
+#: Java's default lz4 level: Lz4BlockOutputStream uses lz4-java's fast compressor for it, and the
+#: high-compression (HC) compressor at the given level for every other level
+LZ4_DEFAULT_LEVEL = 9
+
+
+def _lz4_frame_level(level: Optional[int]) -> int:
+    """The ``lz4.frame`` compression level for a Kafka lz4 level: 0 (the fast compressor) for the default
+    (None or 9), the level itself (LZ4-HC) otherwise. lz4.frame treats levels 1 and 2 as fast mode as
+    well, where lz4-java would run HC with very few searches (see docs/network.md)."""
+    if level is None or level == LZ4_DEFAULT_LEVEL:
+        return 0
+    return level
+
+
 def _lz4_compress(data: bytes, level: Optional[int]) -> bytes:
     lz4f = _load(CODEC_LZ4)
     result: bytes = lz4f.compress(
         data,
-        compression_level=0 if level is None else level,
+        compression_level=_lz4_frame_level(level),
         block_size=lz4f.BLOCKSIZE_MAX64KB,
         block_linked=False,
         content_checksum=False,

@@ -129,7 +129,7 @@ def test_none_codec_is_identity() -> None:
 @pytest.mark.parametrize(
     "codec,levels",
     [
-        (CODEC_GZIP, [-1, 0, 1, 6, 9]),
+        (CODEC_GZIP, [-1, 1, 6, 9]),
         (CODEC_LZ4, [1, 9, 12, 17]),
         (CODEC_ZSTD, [-5, 1, 3, 19, 22]),
     ],
@@ -152,6 +152,7 @@ def test_higher_gzip_level_is_not_larger() -> None:
     [
         (CODEC_GZIP, 10),
         (CODEC_GZIP, -2),
+        (CODEC_GZIP, 0),  # Java: -1 or 1..9
         (CODEC_LZ4, 0),
         (CODEC_LZ4, 18),
         (CODEC_ZSTD, 23),
@@ -165,6 +166,19 @@ def test_invalid_levels_raise_value_error(codec: int, level: int) -> None:
         validate_level(codec, level)
     with pytest.raises(ValueError):
         compress(codec, b"data", level)
+
+
+def test_lz4_level_9_is_the_fast_compressor_like_javas_default() -> None:
+    """Java's Lz4BlockOutputStream: the default level (9) uses the fast compressor, any other level LZ4-HC."""
+    require(CODEC_LZ4)
+    from kproducer.protocol.compression import LZ4_DEFAULT_LEVEL, _lz4_frame_level
+
+    assert LZ4_DEFAULT_LEVEL == 9
+    assert _lz4_frame_level(None) == _lz4_frame_level(9) == 0
+    assert _lz4_frame_level(12) == 12 and _lz4_frame_level(17) == 17
+    data = b"".join(b"record %d with a value that repeats now and then\n" % (i % 211) for i in range(4000))
+    assert compress(CODEC_LZ4, data, 9) == compress(CODEC_LZ4, data, None)
+    assert len(compress(CODEC_LZ4, data, 12)) <= len(compress(CODEC_LZ4, data, 9))
 
 
 def test_validate_level_rejects_non_int() -> None:

@@ -45,6 +45,12 @@ def test_defaults_equal_javas() -> None:
         "security.protocol": "PLAINTEXT",
         "client.id": "",
         "compression.type": 0,  # none
+        "compression.gzip.level": -1,  # Deflater.DEFAULT_COMPRESSION
+        "compression.lz4.level": 9,
+        "socket.connection.setup.timeout.max.ms": 30000,
+        "client.dns.lookup": "use_all_dns_ips",
+        "metadata.recovery.strategy": "rebootstrap",  # Kafka 4.0
+        "metadata.recovery.rebootstrap.trigger.ms": 300000,
     }
     values = c.as_dict()
     for name, default in java_defaults.items():
@@ -117,7 +123,13 @@ def test_config_error_is_a_value_error() -> None:
     ("linger_ms", 1.5, "linger.ms must be an integer"),
     ("linger_ms", [5], "linger.ms must be an integer"),
     ("linger_ms", -1, "linger.ms must be at least 0"),
-    ("linger_ms", 2 ** 31, "32 bits"),
+    ("request_timeout_ms", 2 ** 31, "32 bits"),  # an INT in Java
+    ("batch_size", 2 ** 31, "32 bits"),
+    ("max_block_ms", 2 ** 63, "64 bits"),  # a LONG in Java
+    ("compression_gzip_level", 0, "-1 (zlib's default) or 1-9"),
+    ("transactional_id", "", "must be non-empty"),
+    ("client_dns_lookup", "default", "valid: use_all_dns_ips, resolve_canonical_bootstrap_servers_only"),
+    ("metadata_recovery_strategy", "sometimes", "valid: none, rebootstrap"),
     ("buffer_memory", 0, "buffer.memory must be at least 1"),
     ("max_in_flight_requests_per_connection", 0, "at least 1"),
     ("compression_gzip_level", 10, "at most 9"),
@@ -148,7 +160,11 @@ def test_type_and_range_errors_name_the_setting(name: str, value: Any, fragment:
     ("enable_idempotence", "False", False),
     ("enable_idempotence", "true", True),
     ("buffer_memory", 2 ** 33, 2 ** 33),  # a long in Java
-    ("transactional_id", "", None),
+    ("linger_ms", 2 ** 31, 2 ** 31),  # a long in Java
+    ("compression_gzip_level", -1, -1),
+    ("compression_lz4_level", 9, 9),
+    ("client_dns_lookup", "RESOLVE_CANONICAL_BOOTSTRAP_SERVERS_ONLY", "resolve_canonical_bootstrap_servers_only"),
+    ("metadata_recovery_strategy", "none", "none"),
     ("compression_type", "gzip", 1),
     ("security_protocol", "plaintext", "PLAINTEXT"),
     ("security_protocol", "ssl", "SSL"),
@@ -191,12 +207,70 @@ def test_explicit_idempotence_conflicts_name_both_settings(name: str, alias: str
 
 
 @pytest.mark.parametrize("alias,value", [
-    ("acks", 1), ("acks", 0), ("retries", 0), ("max_in_flight_requests_per_connection", 6),
+    ("acks", 1), ("acks", 0), ("retries", 0),
 ])
 def test_default_idempotence_gives_way_silently(alias: str, value: Any) -> None:
     c = cfg(**{alias: value})
     assert c.enable_idempotence is False
     assert getattr(c, alias) == value
+
+
+def test_more_than_5_in_flight_with_default_idempotence_is_an_error_as_in_kafka_4() -> None:
+    """KAFKA-17927 (Kafka 4.0): idempotence left at its default no longer gives way to
+    max.in.flight.requests.per.connection > 5; ProducerConfig raises a ConfigException."""
+    with pytest.raises(ConfigError, match="max.in.flight.requests.per.connection=6: at most 5") as info:
+        cfg(max_in_flight_requests_per_connection=6)
+    assert "enable.idempotence=false" in str(info.value)
+    with pytest.raises(ConfigError, match="at most 5"):
+        cfg(max_in_flight_requests_per_connection=6, acks=1)  # Java checks it even when acks turned idempotence off
+    c = cfg(max_in_flight_requests_per_connection=6, enable_idempotence=False)
+    assert c.max_in_flight_requests_per_connection == 6 and not c.enable_idempotence
+
+
+def test_long_settings_take_64_bit_values_as_kafka_connect_sets_them() -> None:
+    c = cfg(max_block_ms=9223372036854775807, linger_ms=2 ** 40, metadata_max_age_ms=2 ** 62,
+            retry_backoff_ms=2 ** 33, retry_backoff_max_ms=2 ** 34, reconnect_backoff_ms=2 ** 32,
+            reconnect_backoff_max_ms=2 ** 35, connections_max_idle_ms=2 ** 50, metadata_max_idle_ms=2 ** 40,
+            socket_connection_setup_timeout_ms=2 ** 33, socket_connection_setup_timeout_max_ms=2 ** 34,
+            buffer_memory=2 ** 40)
+    assert c.max_block_ms == 9223372036854775807 and c.linger_ms == 2 ** 40
+    assert c.delivery_timeout_ms == 2 ** 31 - 1  # an int in Java: linger.ms + request.timeout.ms, capped
+    given = ProducerConfig({"bootstrap.servers": "h:1", "max.block.ms": "9223372036854775807"})
+    assert given.max_block_ms == 2 ** 63 - 1
+
+
+def test_a_clock_wait_of_a_64_bit_timeout_does_not_overflow() -> None:
+    import threading
+
+    from kproducer.clock import SYSTEM_CLOCK
+
+    cond = threading.Condition()
+    with cond:
+        threading.Timer(0.05, lambda: _notify(cond)).start()
+        assert SYSTEM_CLOCK.wait(cond, float(9223372036854775807)) is True  # no OverflowError
+
+
+def _notify(cond: Any) -> None:
+    with cond:
+        cond.notify_all()
+
+
+def test_reconnect_backoff_without_a_max_disables_exponential_backoff_as_java() -> None:
+    """Java's CommonClientConfigs.postProcessReconnectBackoffConfigs."""
+    c = cfg(reconnect_backoff_ms=200)
+    assert c.reconnect_backoff_max_ms == 200
+    c = cfg(reconnect_backoff_ms=200, reconnect_backoff_max_ms=5000)
+    assert c.reconnect_backoff_max_ms == 5000
+    c = cfg(reconnect_backoff_ms=200, reconnect_backoff_max_ms=100)  # max below initial: constant initial
+    assert c.reconnect_backoff_max_ms == 200
+    assert cfg().reconnect_backoff_max_ms == 1000
+
+
+def test_compression_levels_as_java() -> None:
+    assert cfg(compression_type="gzip").compression_level == -1
+    assert cfg(compression_type="gzip", compression_gzip_level=-1).compression_level == -1
+    assert cfg(compression_type="lz4").compression_level == 9
+    assert cfg(compression_type="lz4", compression_lz4_level=12).compression_level == 12
 
 
 def test_idempotence_compatible_settings() -> None:

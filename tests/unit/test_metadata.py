@@ -222,3 +222,99 @@ def test_failed_update_with_a_retriable_error_is_not_fatal() -> None:
     md, clock = new_metadata()
     md.failed_update(clock.monotonic_ms(), NetworkError("flaky"))
     assert md.topic_exception("t") is None
+
+
+# -- KIP-580: exponential backoff of failed refreshes ---------------------------------------------
+
+
+def test_failed_refreshes_back_off_exponentially_up_to_the_maximum() -> None:
+    md, clock = new_metadata(refresh_backoff_max_ms=1000)
+    now = clock.monotonic_ms()
+    md.request_update()
+    waits = []
+    for _ in range(6):
+        md.failed_update(now)
+        waits.append(md.time_to_next_update(now))
+    assert waits == [100, 200, 400, 800, 1000, 1000]
+    assert md.attempts == 6
+    md.update(response(topics={"t": [(0, 1, 0)]}), ["t"], False, now)
+    assert md.attempts == 0
+    md.request_update()
+    assert md.time_to_next_update(now) == 100  # a success resets the backoff
+    md.failed_update(now + 100)
+    assert md.time_to_next_update(now + 100) == 100
+
+
+def test_refresh_backoff_jitter_stays_within_20_percent() -> None:
+    md, clock = new_metadata(refresh_backoff_max_ms=1000, refresh_backoff_jitter=0.2)
+    now = clock.monotonic_ms()
+    md.request_update()
+    md.failed_update(now)
+    md.failed_update(now)
+    assert 160 <= md.time_to_next_update(now) <= 240
+
+
+# -- leader epochs: stale metadata is not applied -----------------------------------------------
+
+
+def epoch_response(epochs: Dict[int, Tuple[int, int]], topic_id: Any = None) -> Dict[str, Any]:
+    """Partition -> (leader, leader epoch) of topic t."""
+    resp = response(topics={"t": [(p, leader, 0) for p, (leader, _e) in epochs.items()]})
+    for pinfo in resp["topics"][0]["partitions"]:
+        pinfo["leader_epoch"] = epochs[pinfo["partition_index"]][1]
+    if topic_id is not None:
+        resp["topics"][0]["topic_id"] = topic_id
+    return resp
+
+
+def test_a_partition_with_an_older_leader_epoch_keeps_the_newer_metadata() -> None:
+    """Java's Metadata.updateLatestMetadata: a broker with stale metadata cannot move a leader back."""
+    md, clock = new_metadata()
+    now = clock.monotonic_ms()
+    md.update(epoch_response({0: (1, 5), 1: (2, 5)}), ["t"], False, now)
+    md.update(epoch_response({0: (2, 4), 1: (1, 6)}), ["t"], False, now)
+    assert md.cluster.leaders[("t", 0)] == 1  # epoch 4 < 5: refused
+    assert md.cluster.partitions["t"][0].leader_epoch == 5
+    assert md.cluster.leaders[("t", 1)] == 1  # epoch 6 > 5: taken
+    assert md.last_seen_leader_epoch(("t", 0)) == 5 and md.last_seen_leader_epoch(("t", 1)) == 6
+    md.update(epoch_response({0: (2, 5), 1: (1, 6)}), ["t"], False, now)
+    assert md.cluster.leaders[("t", 0)] == 2  # the same epoch is accepted
+
+
+def test_a_stale_partition_we_never_had_is_left_out_and_a_new_topic_id_resets_the_epoch() -> None:
+    md, clock = new_metadata()
+    now = clock.monotonic_ms()
+    md.update(epoch_response({0: (1, 5)}, topic_id="id-1"), ["t"], False, now)
+    md.rebootstrap(now)  # forget the cluster, keep the epochs
+    md.update(epoch_response({0: (2, 3), 1: (2, 3)}, topic_id="id-1"), ["t"], False, now)
+    assert ("t", 0) not in md.cluster.leaders and md.cluster.leaders[("t", 1)] == 2
+    # the topic was deleted and created again: its epochs start over
+    md.update(epoch_response({0: (2, 0)}, topic_id="id-2"), ["t"], False, now)
+    assert md.cluster.leaders[("t", 0)] == 2 and md.last_seen_leader_epoch(("t", 0)) == 0
+
+
+def test_partitions_without_a_leader_epoch_are_taken_as_they_come() -> None:
+    md, clock = new_metadata()
+    now = clock.monotonic_ms()
+    md.update(epoch_response({0: (1, 5)}), ["t"], False, now)
+    md.update(epoch_response({0: (2, -1)}), ["t"], False, now)  # an old broker (Metadata < v7)
+    assert md.cluster.leaders[("t", 0)] == 2
+
+
+# -- KIP-899 rebootstrap ---------------------------------------------------------------------------
+
+
+def test_rebootstrap_goes_back_to_the_bootstrap_servers_and_wakes_waiters() -> None:
+    md, clock = new_metadata()
+    now = clock.monotonic_ms()
+    md.add_topic("t")
+    md.update(response(topics={"t": [(0, 1, 0)]}), ["t"], False, now)
+    version = md.version
+    assert not md.rebootstrap_due(now + 1_000_000, 300_000)  # no refresh wanted
+    md.request_update()
+    assert not md.rebootstrap_due(now + 299_999, 300_000)
+    assert md.rebootstrap_due(now + 300_000, 300_000)
+    md.rebootstrap(now + 300_000)
+    assert md.cluster.is_bootstrap and sorted(md.cluster.nodes) == [-2, -1]
+    assert md.version == version + 1 and md.update_requested() and "t" in md.topics()
+    assert not md.rebootstrap_due(now + 300_001, 300_000)

@@ -14,22 +14,25 @@ from kproducer.network.connection_states import ClusterConnectionStates, Connect
 from kproducer.network.metadata import Metadata
 from kproducer.protocol import messages as m
 
-from scripted import DISCONNECT, HOLD, Encoded, Frame, ScriptedSelector
+from scripted import DISCONNECT, HOLD, Encoded, Frame, Harness, ScriptedSelector
 
 BROKERS = {1: ("b1", 9001), 2: ("b2", 9002)}
 
 
 class Env:
     def __init__(self, max_in_flight: int = 5, request_timeout_ms: float = 1000, metadata_max_age_ms: float = 300_000,
-                 setup_timeout_ms: float = 10_000, topics: Optional[Dict[str, Any]] = None) -> None:
+                 setup_timeout_ms: float = 10_000, topics: Optional[Dict[str, Any]] = None,
+                 setup_timeout_max_ms: float = 30_000, brokers: Optional[Dict[int, Any]] = None,
+                 bootstrap: Optional[List[Any]] = None, **client_kw: Any) -> None:
         self.clock = FakeClock()
-        self.selector = ScriptedSelector(self.clock, BROKERS, topics if topics is not None else {"t": [1, 2]})
-        self.metadata = Metadata([BROKERS[1]], metadata_max_age_ms, 100, 300_000, self.clock)
+        brokers = brokers if brokers is not None else BROKERS
+        self.selector = ScriptedSelector(self.clock, brokers, topics if topics is not None else {"t": [1, 2]})
+        self.metadata = Metadata(bootstrap or [BROKERS[1]], metadata_max_age_ms, 100, 300_000, self.clock)
         self.client = NetworkClient(
             self.metadata, self.selector,  # type: ignore[arg-type]
             client_id="nc-test", max_in_flight=max_in_flight, request_timeout_ms=request_timeout_ms,
             reconnect_backoff_ms=50, reconnect_backoff_max_ms=1000, connection_setup_timeout_ms=setup_timeout_ms,
-            clock=self.clock)
+            connection_setup_timeout_max_ms=setup_timeout_max_ms, clock=self.clock, **client_kw)
         self.client.states = ClusterConnectionStates(50, 1000, ExponentialBackoff(50, 1000, 0))
         self.responses: List[ClientResponse] = []
 
@@ -468,3 +471,217 @@ def test_wakeup_reaches_the_selector() -> None:
     env = Env()
     env.client.wakeup()
     assert env.selector.wakeups == 1
+
+
+# -- exponential connection setup timeout (ClusterConnectionStates) -------------------------------
+
+
+def test_connection_setup_timeout_doubles_per_failed_attempt_up_to_the_maximum() -> None:
+    env = Env(setup_timeout_ms=300, setup_timeout_max_ms=1000)
+    env.bootstrap()
+    env.selector.hanging.add(2)
+    timeouts: List[float] = []
+    for _ in range(5):
+        for _ in range(100):  # wait out the reconnect backoff
+            if env.client.ready(2, env.now) or env.client.states.is_connecting(2):
+                break
+            env.clock.advance(10)
+            env.poll()
+        started = env.now
+        while env.client.states.is_connecting(2):
+            env.clock.advance(1)
+            env.poll()
+        timeouts.append(env.now - started)
+    assert timeouts == [300, 600, 1000, 1000, 1000]
+    assert "setup.timeout.max.ms" in env.selector.closed_by_client[-1][1]
+    # a connection that gets through starts again from socket.connection.setup.timeout.ms
+    env.selector.hanging.clear()
+    for _ in range(300):
+        if env.client.ready(2, env.now):
+            break
+        env.clock.advance(10)
+        env.poll()
+    assert env.client.is_ready(2, env.now) and env.client.states.failures(2) == 0
+
+
+def test_connection_setup_timeout_jitter_is_20_percent() -> None:
+    env = Env(setup_timeout_ms=1000, setup_timeout_max_ms=30_000, connection_setup_timeout_jitter=0.2)
+    values = {env.client.setup_timeout_backoff.backoff(0) for _ in range(50)}
+    assert all(800 <= v <= 1200 for v in values) and len(values) > 1
+    assert all(1600 <= env.client.setup_timeout_backoff.backoff(1) <= 2400 for _ in range(20))
+
+
+# -- KIP-219 client-side throttling ----------------------------------------------------------------
+
+
+def test_a_throttled_response_stops_requests_to_that_node_until_the_throttle_ends() -> None:
+    env = Env()
+    env.bootstrap()
+    env.connect(1)
+    env.connect(2)
+    env.selector.script(m.INIT_PRODUCER_ID, {"throttle_time_ms": 500, "error_code": 0, "producer_id": 7,
+                                             "producer_epoch": 0})
+    env.request(1)
+    env.poll()
+    assert env.responses and env.responses[0].body is not None
+    assert not env.client.is_ready(1, env.now) and not env.client.ready(1, env.now)
+    assert env.client.poll_delay_ms(1, env.now) == 500
+    assert env.client.is_ready(2, env.now)  # per node
+    assert env.client.least_loaded_node(env.now) == 2
+    with pytest.raises(KafkaError, match="not ready"):
+        env.request(1)
+    env.clock.advance(499)
+    assert not env.client.is_ready(1, env.now) and env.client.poll_delay_ms(1, env.now) == 1
+    env.clock.advance(1)
+    assert env.client.is_ready(1, env.now)
+    assert env.client.throttle_time_ms_total == 500
+
+
+def test_a_throttle_never_shortens_and_old_versions_are_throttled_by_the_broker() -> None:
+    env = Env()
+    env.selector.api_versions[m.INIT_PRODUCER_ID.key] = (0, 0)  # v0: the broker delayed the answer itself
+    env.bootstrap()
+    env.connect(1)
+    env.selector.script(m.INIT_PRODUCER_ID, {"throttle_time_ms": 500, "error_code": 0, "producer_id": 7,
+                                             "producer_epoch": 0})
+    env.request(1)
+    env.poll()
+    assert env.client.is_ready(1, env.now)
+    env.client.states.throttle(1, env.now + 300)
+    env.client.states.throttle(1, env.now + 100)
+    assert env.client.poll_delay_ms(1, env.now) == 300
+
+
+# -- KIP-899 rebootstrap ---------------------------------------------------------------------------
+
+
+def rebootstrap_env(**kw: Any) -> Env:
+    """Brokers 1 and 2, and a bootstrap address ("lb") that reaches broker 9, which metadata never lists."""
+    brokers = {**BROKERS, 9: ("lb", 9000)}
+    env = Env(brokers=brokers, bootstrap=[("lb", 9000)], **kw)
+    listed = {1, 2}
+    default = env.selector.handlers[m.METADATA.key]
+
+    def metadata(req: Any) -> Any:
+        body = default(req)
+        body["brokers"] = [b for b in body["brokers"] if b["node_id"] in listed]
+        return body
+
+    env.selector.handlers[m.METADATA.key] = metadata
+    env.listed = listed  # type: ignore[attr-defined]
+    return env
+
+
+def test_when_no_known_broker_can_be_reached_the_client_goes_back_to_bootstrap_servers() -> None:
+    env = rebootstrap_env()
+    env.bootstrap()
+    env.connect(1)
+    env.client.disconnect(-1)
+    assert sorted(env.metadata.cluster.nodes) == [1, 2]
+    # the whole cluster moves: the old brokers are gone, broker 3 is new; "lb" still reaches the cluster
+    env.selector.down.update({1, 2})
+    env.selector.brokers[3] = ("b3", 9003)
+    env.selector.topics["t"] = [3, 3]
+    env.listed.clear()  # type: ignore[attr-defined]
+    env.listed.add(3)  # type: ignore[attr-defined]
+    env.selector.kill_connection(1)
+    for _ in range(50):
+        env.poll()
+        env.clock.advance(10)
+        if 3 in env.metadata.cluster.nodes:
+            break
+    assert env.client.rebootstraps == 1
+    assert sorted(env.metadata.cluster.nodes) == [3]
+    assert env.metadata.cluster.leaders[("t", 0)] == 3
+    assert any(addr == ("lb", 9000) for _t, node, addr in env.selector.connect_attempts[1:] if node == -1)
+
+
+def test_metadata_recovery_strategy_none_keeps_trying_the_known_brokers() -> None:
+    env = rebootstrap_env(metadata_recovery_strategy="none")
+    env.bootstrap()
+    env.connect(1)
+    env.client.disconnect(-1)
+    env.selector.down.update({1, 2})
+    env.selector.kill_connection(1)
+    for _ in range(50):
+        env.poll()
+        env.clock.advance(10)
+    assert env.client.rebootstraps == 0
+    assert sorted(env.metadata.cluster.nodes) == [1, 2]
+    assert {node for _t, node, _a in env.selector.connect_attempts[2:]} <= {1, 2}
+
+
+def test_rebootstrap_after_the_trigger_time_without_metadata() -> None:
+    """KIP-1102: brokers that accept connections but never answer Metadata also end in a rebootstrap."""
+    env = rebootstrap_env(rebootstrap_trigger_ms=5000, request_timeout_ms=1000)
+    env.bootstrap()
+    env.connect(1)
+    env.client.disconnect(-1)
+    env.selector.handlers[m.METADATA.key] = lambda req: HOLD if req.broker_id != 9 else \
+        ScriptedSelector._metadata(env.selector, req)
+    env.metadata.request_update()
+    for _ in range(100):
+        env.poll()
+        env.clock.advance(100)
+        if env.client.rebootstraps:
+            break
+    assert env.client.rebootstraps == 1
+    for _ in range(20):
+        env.poll()
+    assert 9 in env.metadata.cluster.nodes  # answered through the bootstrap address
+
+
+# -- a malformed response closes that connection only --------------------------------------------
+
+
+def test_a_malformed_response_closes_only_its_connection() -> None:
+    env = Env()
+    env.bootstrap()
+    env.connect(1)
+    env.connect(2)
+    env.selector.script(m.INIT_PRODUCER_ID, lambda req: Frame(req.correlation_id.to_bytes(4, "big") +
+                                                               b"\x00\x00\x7f\xff\xff\xff\x00"))
+    bad = env.request(1)
+    got = env.poll()
+    assert [r.request for r in got] == [bad] and got[0].disconnected
+    assert env.client.states.state(1) == ConnectionState.DISCONNECTED
+    assert env.client.is_ready(2, env.now)
+    good = env.request(2)
+    env.poll()
+    assert [r.request for r in env.responses] == [bad, good] and env.responses[1].body is not None
+
+
+def test_the_sender_survives_a_malformed_produce_response_and_delivers_the_next_records() -> None:
+    h = Harness()
+    h.boot()
+    h.selector.script(m.PRODUCE, lambda req: Frame(req.correlation_id.to_bytes(4, "big") + b"\xff" * 9))
+    first = h.send(value=b"one")
+    h.run_until(lambda: bool(h.selector.closed_by_client))
+    assert "malformed" in h.selector.closed_by_client[0][1] or "Produce" in h.selector.closed_by_client[0][1]
+    h.advance(100)
+    h.run_until(first.done)
+    assert first.get(0).offset == 0
+    second = h.send(value=b"two")
+    h.run_until(second.done)
+    assert second.get(0).offset == 1
+    assert h.selector.log_values(("t", 0)) == [b"one", b"two"]
+
+
+def test_no_immediate_rebootstrap_when_bootstrap_servers_are_the_known_brokers() -> None:
+    """A single broker (or a cluster listed in full) that is down: rebootstrapping would reach nothing new and
+    drop the partition metadata that send() needs, so only the trigger time leads to a rebootstrap."""
+    env = Env(rebootstrap_trigger_ms=60_000, request_timeout_ms=1000)
+    env.bootstrap()
+    env.connect(1)
+    env.client.disconnect(-1)
+    env.metadata.bootstrap_servers.append(BROKERS[2])
+    env.selector.down.update({1, 2})
+    env.selector.kill_connection(1)
+    for _ in range(50):
+        env.poll()
+        env.clock.advance(10)
+    assert env.client.rebootstraps == 0 and env.metadata.cluster.partition_count("t") == 2
+    env.clock.advance(60_000)
+    for _ in range(5):
+        env.poll()
+    assert env.client.rebootstraps == 1 and env.metadata.cluster.is_bootstrap

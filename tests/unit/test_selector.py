@@ -325,3 +325,63 @@ def test_poll_after_close_all_returns_at_once() -> None:
     assert time.monotonic() - start < 0.5
     sel.close_all()  # idempotent
     sel.wakeup()  # harmless after close
+
+
+# -- client.dns.lookup=use_all_dns_ips, SO_KEEPALIVE ---------------------------------------------
+
+
+class FakeDns:
+    """A resolver that answers a fixed list of addresses for every host and counts the look-ups."""
+
+    def __init__(self, *addresses: Tuple[str, int]) -> None:
+        self.addresses = list(addresses)
+        self.lookups = 0
+
+    def __call__(self, host: str, port: int) -> List[Tuple[int, int, int, str, Tuple[str, int]]]:
+        self.lookups += 1
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", addr) for addr in self.addresses]
+
+
+def test_every_address_of_a_host_is_tried_in_turn(server: Server) -> None:
+    """Java's use_all_dns_ips: a connection attempt that fails moves on to the host's next address."""
+    dead = ("127.0.0.2", server.port)  # loopback, but nothing listens on that address
+    dns = FakeDns(dead, ("127.0.0.1", server.port))
+    sel = Selector(resolver=dns)
+    try:
+        res = Results()
+        sel.connect(1, "broker.test", 9092)
+        res.until(sel, lambda: 1 in res.disconnected)
+        assert "127.0.0.2" in res.disconnected[1]  # the reason names the address that failed
+        sel.connect(1, "broker.test", 9092)  # the next attempt takes the next address
+        server.accept()
+        res.until(sel, lambda: 1 in res.connected)
+        assert dns.lookups == 1
+        sel.close(1)
+        # all addresses were tried: the name is resolved again, and the address tried last is not first
+        sel.connect(1, "broker.test", 9092)
+        assert dns.lookups == 2
+        res.until(sel, lambda: 1 in res.disconnected)
+        assert "127.0.0.2" in res.disconnected[1]
+    finally:
+        sel.close_all()
+
+
+def test_only_the_first_address_family_is_used() -> None:
+    sel = Selector(resolver=lambda h, p: [
+        (socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("::1", p, 0, 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", p)),
+        (socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("::2", p, 0, 0)),
+    ])
+    try:
+        # IPv6 first, so IPv4 is left out (Java's ClientUtils.filterPreferredAddresses); after the last
+        # address the name is resolved again and the first one comes back
+        assert [sel._next_address("h", 1)[4][0] for _ in range(3)] == ["::1", "::2", "::1"]
+    finally:
+        sel.close_all()
+
+
+def test_broker_sockets_have_keepalive_and_nodelay(sel: Selector, server: Server) -> None:
+    connected(sel, server)
+    sock = sel._channels[1].sock
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1

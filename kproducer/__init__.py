@@ -9,8 +9,9 @@ __version__ = "0.1.0"
 from . import errors  # noqa: E402
 from .errors import KafkaError  # noqa: E402
 from .network.metadata import PartitionInfo  # noqa: E402
+from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata  # noqa: E402
 from .producer.future import FutureRecordMetadata, RecordMetadata  # noqa: E402
 from .producer.kafka_producer import Producer  # noqa: E402
 
-__all__ = ["FutureRecordMetadata", "KafkaError", "PartitionInfo", "Producer", "RecordMetadata", "__version__",
-           "errors"]
+__all__ = ["ConsumerGroupMetadata", "FutureRecordMetadata", "KafkaError", "OffsetAndMetadata", "PartitionInfo",
+           "Producer", "RecordMetadata", "__version__", "errors"]

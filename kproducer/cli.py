@@ -365,9 +365,15 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
                     continue
                 key, value = k, v
             try:
-                producer.send(args.topic, value, key=key, headers=headers, partition=args.partition,
-                              callback=delivery.callback(lineno))
+                future = producer.send(args.topic, value, key=key, headers=headers, partition=args.partition,
+                                       callback=delivery.callback(lineno))
                 sent += 1
+                if future.failed() and not isinstance(future.exception(0), MessageTooLargeError):
+                    # send() could not queue it (its callback reported why): metadata timeout, buffer
+                    # exhausted; the rest would fail the same way
+                    print("kproducer: giving up; the remaining lines were not sent", file=sys.stderr)
+                    aborted = True
+                    break
             except (MessageTooLargeError, ValueError, TypeError) as e:
                 delivery.fail(lineno, f"{type(e).__name__}: {e}")
             except KafkaError as e:

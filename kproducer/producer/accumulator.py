@@ -8,7 +8,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
-from ..errors import ProducerClosedError
+from ..errors import KafkaError, ProducerClosedError
 from ..protocol.records import RecordBatchBuilder
 from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
@@ -368,6 +368,55 @@ class RecordAccumulator:
             for part in reversed(parts):
                 dq.appendleft(part)
         return len(parts)
+
+    def split_out_failed_records(self, batch: ProducerBatch, failed: Dict[int, BaseException],
+                                 now_ms: float) -> Optional[ProducerBatch]:
+        """KIP-467: the broker refused some records of ``batch`` (``failed``: position in the batch -> the
+        record's error) and wrote none of it. Those records fail with their own error; the others move to
+        one new batch, put back at the head of the partition's queue and returned (None when every record
+        failed). The records' futures and callbacks follow them."""
+        from ..protocol.records import read_batches
+
+        parsed = read_batches(batch.builder.build(), verify_crc=False)[0]
+        capacity = max(self.batch_size, batch.builder.estimated_size() * 2)
+        good = ProducerBatch(batch.topic, batch.partition,
+                             RecordBatchBuilder(capacity, self.compression, self.compression_level), batch.created_ms, 0)
+        good.attempts = batch.attempts
+        good.last_attempt_ms = now_ms
+        bad: List[Tuple[ProducerBatch, BaseException]] = []
+        mapping: List[Tuple[ProducerBatch, int]] = []
+        for i, rec in enumerate(parsed.records):
+            ts = parsed.base_timestamp + rec.timestamp_delta
+            target = good
+            if i in failed:
+                target = ProducerBatch(batch.topic, batch.partition,
+                                       RecordBatchBuilder(capacity, self.compression, self.compression_level),
+                                       batch.created_ms, 0)
+                bad.append((target, failed[i]))
+            delta = target.builder.try_append(ts, rec.key, rec.value, rec.headers or None)
+            if delta < 0:
+                raise KafkaError(f"could not move record {i} of a batch for {batch.topic}-{batch.partition}")
+            mapping.append((target, delta))
+        keep = good.record_count > 0
+        parts = ([good] if keep else []) + [b for b, _e in bad]
+        for part in parts:
+            part.close_for_appends()
+        parts[0].reserved_bytes = batch.reserved_bytes  # memory stays reserved by one part
+        batch.reserved_bytes = 0
+        with self._incomplete_lock:
+            self._incomplete.discard(batch)
+            self._incomplete.update(parts)
+        batch.hand_over(mapping)
+        for part, error in bad:
+            part.done(-1, -1, error)
+            self.deallocate(part)
+        if not keep:
+            return None
+        good.reenqueued(now_ms, 0.0)
+        good.attempts = batch.attempts
+        with self._lock:
+            self._batches.setdefault(batch.tp, deque()).appendleft(good)
+        return good
 
     # -- expiry ------------------------------------------------------------------------------------
 

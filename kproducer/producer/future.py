@@ -131,6 +131,41 @@ class FutureRecordMetadata(_FutureBase):
 
 
 
+class _FailedSend:
+    """Stands in for the batch of a record that failed before it was queued (send() caught the error):
+    done, with that error, as far as its future is concerned."""
+
+    __slots__ = ("topic", "partition", "error")
+    split_into = None
+    base_offset = -1
+    log_append_time = -1
+
+    def __init__(self, topic: str, partition: int, error: BaseException) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.error = error
+
+    def is_done(self) -> bool:
+        return True
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        return True
+
+    def add_thunk(self, callback: Callback, fut: "FutureRecordMetadata") -> bool:
+        return False
+
+
+def failed_future(topic: str, partition: Optional[int], timestamp: int, key_size: int, value_size: int,
+                  error: BaseException, callback: Optional[Callback]) -> FutureRecordMetadata:
+    """The future of a record send() could not queue (Java's FutureFailure); runs ``callback`` with the
+    error on the calling thread, as Java's KafkaProducer.doSend does."""
+    stand_in = _FailedSend(topic, -1 if partition is None else partition, error)
+    fut = FutureRecordMetadata(stand_in, 0, timestamp, key_size, value_size)  # type: ignore[arg-type]
+    if callback is not None:
+        fut.fire(callback, stand_in)  # type: ignore[arg-type]
+    return fut
+
+
 Segment = Tuple["ProducerBatch", int, int, Sequence[int]]
 
 

@@ -12,11 +12,14 @@ from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import ProducerConfig
 from ..errors import (
+    AuthenticationError,
+    BrokerResponseError,
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
     ProducerClosedError,
     SerializationError,
+    TransactionAbortedError,
     TransactionError,
 )
 from ..network.client import NetworkClient
@@ -26,9 +29,9 @@ from ..protocol.records import RecordBatchBuilder
 from ..security import channel_security
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
-from .future import BatchSendFuture, Callback, FutureRecordMetadata
+from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .partitioner import StickyPartitioner, murmur2
-from . import transactions
+from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -44,6 +47,9 @@ _TOPIC_TOUCH_MS = 1000.0
 _RECORD_OVERHEAD = 10
 _BOUND_EXTRA = RecordBatchBuilder.estimate_record_size(None, None, None) - _RECORD_OVERHEAD
 _HASH_CACHE_SIZE = 65536  # keys whose murmur2 hash is remembered (most workloads repeat keys)
+# what send() reports through the record's future and callback rather than raising (Java's ApiException:
+# metadata wait timeout, buffer exhausted, record too large, a topic's metadata error)
+_SEND_ERRORS = (KafkaTimeoutError, BrokerResponseError)
 
 
 def _bytes_or_none(what: str, obj: Any, serializer: Any) -> Optional[bytes]:
@@ -105,7 +111,8 @@ class Producer:
         self.client_id = cfg.client_id or f"kproducer-{next(_ids)}"
         clk = self._clock
         self._metadata = Metadata(cfg.bootstrap_servers, cfg.metadata_max_age_ms, cfg.retry_backoff_ms,
-                                  cfg.metadata_max_idle_ms, clk)
+                                  cfg.metadata_max_idle_ms, clk, refresh_backoff_max_ms=cfg.retry_backoff_max_ms,
+                                  refresh_backoff_jitter=0.2)
         self._txn: Optional[TransactionManager] = None
         if cfg.enable_idempotence:
             self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms, clk)
@@ -116,15 +123,19 @@ class Producer:
         )
         security = channel_security(cfg)
         selector = Selector(max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes,
-                            cfg.receive_buffer_bytes, ssl_context=security.ssl_context)
+                            cfg.receive_buffer_bytes, ssl_context=security.ssl_context,
+                            client_dns_lookup=cfg.client_dns_lookup)
         self._client = NetworkClient(
             self._metadata, selector, client_id=self.client_id,
             max_in_flight=cfg.max_in_flight_requests_per_connection, request_timeout_ms=cfg.request_timeout_ms,
             reconnect_backoff_ms=cfg.reconnect_backoff_ms, reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
             connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
+            connection_setup_timeout_max_ms=cfg.socket_connection_setup_timeout_max_ms,
+            connection_setup_timeout_jitter=0.2,
             connections_max_idle_ms=cfg.connections_max_idle_ms,
             allow_auto_topic_creation=cfg.allow_auto_create_topics, software_version=__version__, clock=clk,
-            security=security,
+            security=security, metadata_recovery_strategy=cfg.metadata_recovery_strategy,
+            rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms,
         )
         self._sender = Sender(
             self._client, self._metadata, self._accumulator, acks=cfg.acks, retries=cfg.retries,
@@ -163,95 +174,118 @@ class Producer:
         """Queue one record; returns its future. ``callback(metadata, exception)`` runs on the producer's
         network thread once the record is acknowledged or has failed (exactly one argument is None).
 
-        Blocks at most max.block.ms for metadata or buffer memory. Raises TypeError for a str/obj key or
-        value without a serializer, MessageTooLargeError for a record over max.request.size,
-        ProducerClosedError after close()."""
+        Blocks at most max.block.ms for metadata or buffer memory. As Java's send(), errors about this
+        record complete its future and callback instead of being raised (KafkaTimeoutError when metadata or
+        buffer memory did not come within max.block.ms, MessageTooLargeError for a record over
+        max.request.size, a topic's metadata error) and make an open transaction abortable. Raises
+        TypeError/ValueError for bad arguments (e.g. a str key or value without a serializer),
+        SerializationError, TransactionError outside a transaction, ProducerClosedError after close()."""
         # This is the per-record hot path: every line here costs throughput. Checks that cannot fail
         # for plain bytes records are skipped for them.
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
-        if (value is not None and type(value) is not bytes) or self._value_serializer is not None:
-            value = _bytes_or_none("value", value, self._value_serializer)
-        if (key is not None and type(key) is not bytes) or self._key_serializer is not None:
-            key = _bytes_or_none("key", key, self._key_serializer)
-        if headers:
-            headers = _check_headers(headers)
-        else:
-            headers = None
-        if self._system_clock:  # the real clock, read without a Python-level call
-            now = _monotonic() * 1000.0
-            if timestamp_ms is None:
-                timestamp = int(_wall() * 1000)
-            elif type(timestamp_ms) is int and timestamp_ms >= 0:
-                timestamp = timestamp_ms
+        try:
+            if (value is not None and type(value) is not bytes) or self._value_serializer is not None:
+                value = _bytes_or_none("value", value, self._value_serializer)
+            if (key is not None and type(key) is not bytes) or self._key_serializer is not None:
+                key = _bytes_or_none("key", key, self._key_serializer)
+            if headers:
+                headers = _check_headers(headers)
             else:
-                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
-        else:
-            now = self._monotonic_ms()
-            timestamp = self._wall_ms() if timestamp_ms is None else timestamp_ms
-            if type(timestamp) is not int or timestamp < 0:
-                raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
-        waited: Optional[float] = None
-        cluster = self._metadata.cluster
-        num_partitions = cluster.partition_counts.get(topic)
-        if num_partitions is None or (partition is not None and type(partition) is int
-                                      and partition >= num_partitions):
-            if not isinstance(topic, str) or not topic:
-                raise TypeError(f"topic must be a non-empty str, got {topic!r}")
-            num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
+                headers = None
+            if self._system_clock:  # the real clock, read without a Python-level call
+                now = _monotonic() * 1000.0
+                if timestamp_ms is None:
+                    timestamp = int(_wall() * 1000)
+                elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                    timestamp = timestamp_ms
+                else:
+                    raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            else:
+                now = self._monotonic_ms()
+                timestamp = self._wall_ms() if timestamp_ms is None else timestamp_ms
+                if type(timestamp) is not int or timestamp < 0:
+                    raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            waited: Optional[float] = None
             cluster = self._metadata.cluster
-            waited = self._max_block_ms - (self._monotonic_ms() - now)
-        elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
-            self._topic_touched[topic] = now
-            self._metadata.add_topic(topic)
-        # the record's size, about as encoded: it feeds sticky switching; with the worst-case varint sizes
-        # and the batch header on top it is the bound checked against max.request.size
-        size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-        if headers is not None:
-            size = RecordBatchBuilder.estimate_record_size(key, value, headers) - _BOUND_EXTRA
-        if size + _BOUND_EXTRA > self._max_request_size:
-            self._raise_too_large(size + _BOUND_EXTRA)
-        sticky = None
-        if partition is not None:
-            if type(partition) is not int or not 0 <= partition < num_partitions:
-                raise ValueError(f"partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}")
-            part = partition
-        elif self._partitioner is not None:
-            part = self._partitioner(topic, key, value, num_partitions)
-            if type(part) is not int or not 0 <= part < num_partitions:
-                raise ValueError(f"the partitioner returned {part!r}, not a partition of {topic!r} "
-                                 f"(0..{num_partitions - 1})")
-        elif key is not None and not self._ignore_keys:
-            h = self._hash_cache.get(key)
-            if h is None:
-                h = murmur2(key) & 0x7FFFFFFF
-                if len(self._hash_cache) >= _HASH_CACHE_SIZE:
-                    self._hash_cache.clear()
-                self._hash_cache[key] = h
-            part = h % num_partitions
-        else:
-            # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
-            sticky = self._sticky.state.get(topic)
-            if sticky is None or sticky[0] >= num_partitions:
-                sticky = self._sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
-            part = sticky[0]
-        if self._transactional:
-            self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
-        # (time spent above only counts against max.block.ms when metadata had to be fetched)
-        result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
-                                          self._max_block_ms if waited is None else waited, now)
-        if sticky is not None:
-            sticky[1] += size
-            if sticky[1] >= self._batch_size:
-                sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
-                                                        sticky[0])
-                sticky[1] = 0
-        if result[2]:
-            # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
-            # the sender on every append while a partition has more than one batch; here each wakeup can
-            # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
-            self._wakeup()
-        return result[0]
+            num_partitions = cluster.partition_counts.get(topic)
+            if num_partitions is None or (partition is not None and type(partition) is int
+                                          and partition >= num_partitions):
+                if not isinstance(topic, str) or not topic:
+                    raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+                num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
+                cluster = self._metadata.cluster
+                waited = self._max_block_ms - (self._monotonic_ms() - now)
+            elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
+                self._topic_touched[topic] = now
+                self._metadata.add_topic(topic)
+            # the record's size, about as encoded: it feeds sticky switching; with the worst-case varint sizes
+            # and the batch header on top it is the bound checked against max.request.size
+            size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if headers is not None:
+                size = RecordBatchBuilder.estimate_record_size(key, value, headers) - _BOUND_EXTRA
+            if size + _BOUND_EXTRA > self._max_request_size:
+                self._raise_too_large(size + _BOUND_EXTRA)
+            sticky = None
+            if partition is not None:
+                if type(partition) is not int or not 0 <= partition < num_partitions:
+                    raise ValueError(f"partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}")
+                part = partition
+            elif self._partitioner is not None:
+                part = self._partitioner(topic, key, value, num_partitions)
+                if type(part) is not int or not 0 <= part < num_partitions:
+                    raise ValueError(f"the partitioner returned {part!r}, not a partition of {topic!r} "
+                                     f"(0..{num_partitions - 1})")
+            elif key is not None and not self._ignore_keys:
+                h = self._hash_cache.get(key)
+                if h is None:
+                    h = murmur2(key) & 0x7FFFFFFF
+                    if len(self._hash_cache) >= _HASH_CACHE_SIZE:
+                        self._hash_cache.clear()
+                    self._hash_cache[key] = h
+                part = h % num_partitions
+            else:
+                # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
+                sticky = self._sticky.state.get(topic)
+                if sticky is None or sticky[0] >= num_partitions:
+                    sticky = self._sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
+                part = sticky[0]
+            if self._transactional:
+                self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
+            # (time spent above only counts against max.block.ms when metadata had to be fetched)
+            result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
+                                              self._max_block_ms if waited is None else waited, now)
+            if sticky is not None:
+                sticky[1] += size
+                if sticky[1] >= self._batch_size:
+                    sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
+                                                            sticky[0])
+                    sticky[1] = 0
+            if result[2]:
+                # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
+                # the sender on every append while a partition has more than one batch; here each wakeup can
+                # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
+                self._wakeup()
+            return result[0]
+        except _SEND_ERRORS as e:
+            # Java's doSend: an ApiException fails this record's future and callback (and makes an open
+            # transaction abortable) instead of being thrown; programming errors still raise
+            return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+
+    def _send_failed(self, error: KafkaError, topic: str, partition: Optional[int], timestamp_ms: Optional[int],
+                     key: Any, value: Any, callback: Optional[Callback]) -> FutureRecordMetadata:
+        if isinstance(error, (AuthenticationError, TransactionError)) or self._closed \
+                or error is self._sender.fatal_error:
+            raise error  # a misconfiguration, misuse, a fatal producer error or close(): not about this record
+        log.debug("send() to %s failed: %s", topic, error)
+        txn = self._txn
+        if txn is not None and txn.is_transactional:
+            txn.maybe_transition_to_error_state(error)
+        self._sender.metrics.record_error(1)
+        timestamp = timestamp_ms if type(timestamp_ms) is int else self._wall_ms()
+        return failed_future(topic, partition if type(partition) is int else None, timestamp,
+                             len(key) if isinstance(key, bytes) else -1, len(value) if isinstance(value, bytes) else -1,
+                             error, callback)
 
     def _raise_unusable(self) -> None:
         if self._closed:
@@ -493,46 +527,55 @@ class Producer:
     def _block_s(self, timeout: Optional[float]) -> float:
         return self._max_block_ms / 1000.0 if timeout is None else timeout
 
+    def _transactions(self) -> TransactionManager:
+        self._check_open()
+        txn = self._txn
+        if txn is None or not txn.is_transactional:
+            raise TransactionError("transactions need a transactional_id: Producer(..., transactional_id='my-app-1')")
+        return txn
+
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register the transactional.id with its coordinator (fencing older producers with the same id)
         and get a producer id. Call once, before the first transaction; waits up to max.block.ms."""
-        self._check_open()
-        result = transactions.init_transactions(self._txn)
+        result = self._transactions().init_transactions()
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 
     def begin_transaction(self) -> None:
         """Start a transaction: records sent until commit/abort belong to it."""
-        self._check_open()
-        transactions.begin_transaction(self._txn)
+        self._transactions().begin_transaction()
 
-    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], int], group_id: str,
-                                    timeout: Optional[float] = None, generation_id: int = -1,
-                                    member_id: str = "", group_instance_id: Optional[str] = None) -> None:
-        """Commit consumer offsets (``{(topic, partition): next offset to read}``) for ``group_id`` as part
-        of the transaction (consume-transform-produce)."""
-        self._check_open()
-        result = transactions.send_offsets_to_transaction(self._txn, offsets, group_id, generation_id, member_id,
-                                                          group_instance_id)
+    def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+                                    group_id: Union[str, ConsumerGroupMetadata], timeout: Optional[float] = None,
+                                    generation_id: int = -1, member_id: str = "",
+                                    group_instance_id: Optional[str] = None) -> None:
+        """Commit consumer offsets (``{(topic, partition): next offset to read}``, or
+        ``{(topic, partition): OffsetAndMetadata(offset, metadata)}``) for a consumer group as part of the
+        transaction (consume-transform-produce). ``group_id`` is the consumer's :class:`ConsumerGroupMetadata`
+        (its generation and member ids let the coordinator fence a zombie consumer, TxnOffsetCommit v3+),
+        or a bare group id (then ``generation_id``, ``member_id`` and ``group_instance_id`` may be given)."""
+        txn = self._transactions()
+        group = group_id
+        if isinstance(group, str):
+            group = ConsumerGroupMetadata(group, generation_id, member_id, group_instance_id)
+        result = txn.send_offsets_to_transaction(offsets, group)
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it. Raises TransactionError when a record failed
-        (then call abort_transaction())."""
-        self._check_open()
-        result = transactions.begin_commit(self._txn)
+        (the record's error is its ``__cause__``; then call abort_transaction()). After a timeout the commit
+        goes on in the background: call commit_transaction() again to wait for it."""
+        result = self._transactions().begin_commit()
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort the transaction: unsent records fail with TransactionAbortedError; what was written is
-        marked aborted for read_committed consumers."""
-        self._check_open()
-        txn = self._txn
-        if txn is None or not txn.is_transactional:
-            raise TransactionError("abort_transaction() needs a transactional_id")
-        result = transactions.begin_abort(txn, self._accumulator)
+        marked aborted for read_committed consumers. Refused (IllegalStateError) while a commit is pending."""
+        result = self._transactions().begin_abort()
+        self._accumulator.abort_undrained_batches(TransactionAbortedError(
+            "the transaction was aborted before this record was sent"))
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 

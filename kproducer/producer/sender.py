@@ -7,28 +7,40 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
+    DuplicateSequenceNumberError,
     KafkaError,
     KafkaTimeoutError,
+    MessageTooLargeError,
+    NetworkError,
+    OutOfOrderSequenceNumberError,
     ProducerClosedError,
+    RequestTimedOutError,
+    TransactionAbortedError,
+    UnknownProducerIdError,
+    UnknownServerError,
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
 from ..network.metadata import Metadata
 from ..protocol import messages as m
+from ..protocol.errors import error_class_for_code
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
 from .metrics import SenderMetrics
-from .transaction_manager import TransactionManager
+from .transaction_manager import (
+    NO_ERROR,
+    CoordinatorType,
+    Outcome,
+    TransactionManager,
+    TxnRequestHandler,
+)
 
 log = logging.getLogger(__name__)
 
 TopicPartition = Tuple[str, int]
 
-NONE = 0
-MESSAGE_TOO_LARGE = 10
-DUPLICATE_SEQUENCE_NUMBER = 46
-# errors after which the partition's leader may have moved: refresh metadata
-_METADATA_ERRORS = frozenset({3, 5, 6, 13, 56, 74, 76})
+# what a produce response's error code means comes from its error class (kproducer.protocol.errors)
+_SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError)
 
 
 class Sender(threading.Thread):
@@ -85,10 +97,14 @@ class Sender(threading.Thread):
                 self.accumulator.has_undrained() or self.client.has_in_flight() or self._txn_pending()
             ):
                 self._run_once_safely()
-            if not self.force_close and self.txn is not None and self.txn.has_ongoing_transaction() \
-                    and not self.txn.has_fatal_error():
-                from .transactions import begin_abort
-                begin_abort(self.txn, self.accumulator)
+            txn = self.txn
+            if not self.force_close and txn is not None and txn.is_transactional \
+                    and (txn.is_in_transaction() or txn.has_abortable_error()):
+                # Java: an open transaction is aborted at close; one being committed or aborted finishes
+                log.info("aborting the open transaction because the producer is closing")
+                txn.begin_abort()
+                self.accumulator.abort_undrained_batches(TransactionAbortedError(
+                    "the producer was closed before this record of an open transaction was sent"))
                 while not self.force_close and (self._txn_pending() or self.client.has_in_flight()):
                     self._run_once_safely()
             if self.force_close:
@@ -150,11 +166,97 @@ class Sender(threading.Thread):
             if txn.maybe_reset(not self._has_in_flight_produce(), queued):
                 log.info("idempotent producer id reset; %d queued batches will be re-sequenced", len(queued))
         if txn.is_transactional:
-            from .transactions import maybe_send_and_poll_transactional_request
-            return maybe_send_and_poll_transactional_request(self, txn)
+            return self._maybe_send_and_poll_transactional_request(txn)
         if txn.needs_producer_id():
             return self._send_init_producer_id()
         return False
+
+    # -- coordinator requests (transactions) ----------------------------------------------------------
+
+    def _maybe_send_and_poll_transactional_request(self, txn: TransactionManager) -> bool:
+        """Send the next coordinator request if one is due (Java's Sender.maybeSendAndPollTransactionalRequest).
+        True when this sender iteration was spent on it."""
+        client = self.client
+        acc = self.accumulator
+        now = self.clock.monotonic_ms()
+        if txn.has_in_flight_request():
+            client.poll(self.retry_backoff_ms, now)
+            return True
+        if txn.has_fatal_error():
+            if acc.has_undrained():
+                acc.abort_undrained_batches(txn.last_error or KafkaError("fatal transaction error"))
+            client.poll(self.retry_backoff_ms, now)
+            return True
+        if (txn.has_abortable_error() or txn.is_aborting()) and acc.has_undrained():
+            # nothing more of this transaction is sent: fail what is still queued
+            acc.abort_undrained_batches(txn.last_error or TransactionAbortedError(
+                "the transaction is being aborted; this record was not sent"))
+        retry_at = txn.peek_retry_at()
+        if retry_at > now:
+            # back off (as Java's sender sleeps), but wake up when the retry is due: nothing else may
+            # (with no records queued, the sender's own poll could sleep for request.timeout.ms)
+            client.poll(retry_at - now, now)
+            return True
+        handler = txn.next_request(acc.has_incomplete())
+        if handler is None:
+            return False
+        key = handler.coordinator_key()
+        node: Optional[int]
+        if key is None:
+            node = client.least_loaded_node(now)
+        else:
+            node = txn.coordinator(key)
+            if node is None:
+                txn.lookup_coordinator(key)
+                txn.retry(handler, 0.0)
+                return True
+            address = txn.coordinator_address(node)
+            if address is not None:
+                client.learn_node_address(node, *address)
+        if node is None or not client.ready(node, now):
+            if key is not None and node is not None and client.states.is_blacked_out(node, now):
+                # the coordinator cannot be reached (Java's maybeFindCoordinatorAndRetry): it may have moved
+                log.debug("%s: coordinator %s unreachable; looking it up again", handler.name, node)
+                txn.forget_coordinator(key)
+                txn.lookup_coordinator(key)
+            txn.retry(handler, 0.0)
+            client.poll(self.retry_backoff_ms if node is None else min(50.0, self.retry_backoff_ms), now)
+            return True
+        if key is not None and key.type is CoordinatorType.TRANSACTION and client.supports(node, m.INIT_PRODUCER_ID):
+            # KIP-360: can the transaction coordinator bump our epoch (InitProducerId v3+)?
+            txn.note_init_producer_id_version(client.api_version(node, m.INIT_PRODUCER_ID))
+        txn.set_in_flight(handler)
+        handler.attempts += 1
+        log.debug("sending %s to node %s (attempt %d)", handler.name, node, handler.attempts)
+        client.send(ClientRequest(node, handler.api, handler.build(),
+                                  lambda resp: self._handle_transactional_response(txn, handler, resp), now,
+                                  self.request_timeout_ms), now)
+        client.poll(self.request_timeout_ms, now)
+        return True
+
+    def _handle_transactional_response(self, txn: TransactionManager, handler: TxnRequestHandler,
+                                       resp: ClientResponse) -> None:
+        txn.set_in_flight(None)
+        retry_at = resp.received_ms + self.retry_backoff_ms
+        if resp.disconnected or resp.body is None:
+            log.debug("%s: no answer (%s); retrying", handler.name,
+                      "timed out" if resp.timed_out else "disconnected")
+            key = handler.coordinator_key()
+            if key is not None:
+                txn.forget_coordinator(key)
+            txn.retry(handler, retry_at)
+            return
+        try:
+            outcome = txn.handle_response(handler, resp.body)
+        except Exception as e:  # a bug must not wedge the transaction: fail it visibly
+            log.exception("error handling the %s response", handler.name)
+            txn.fail_request(handler, e)
+            return
+        log.debug("%s answered: %s", handler.name, outcome.value)
+        if outcome is Outcome.RETRY or outcome is Outcome.FIND_COORDINATOR:
+            log.debug("%s: %s; retrying", handler.name, outcome.value)
+            txn.retry(handler, retry_at)
+        self.wakeup()
 
     def _fail_batches_on_authentication_failure(self) -> None:
         """A broker refused our credentials or TLS settings: its queued batches cannot be delivered with
@@ -211,9 +313,9 @@ class Sender(threading.Thread):
                 self._init_retry_at = resp.received_ms + self.retry_backoff_ms
                 return
             err = resp.body["error_code"]
-            if err:
+            if err != NO_ERROR:
                 exc = error_for_code(err)
-                if exc.retriable or err in (-1,):
+                if exc.retriable or isinstance(exc, UnknownServerError):
                     log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, self.retry_backoff_ms)
                     self._init_retry_at = resp.received_ms + self.retry_backoff_ms
                     return
@@ -272,8 +374,8 @@ class Sender(threading.Thread):
                     if isinstance(e, KafkaError) and not e.retriable:
                         self._fail_batch(b, e, False)  # e.g. UnsupportedVersionError: retrying cannot help
                     else:
-                        self._complete_batch(b, 13, -1, -1, -1, f"could not send the request to node {node}: {e}",
-                                             now)
+                        self._complete_batch(b, NetworkError.code, -1, -1, -1,
+                                             f"could not send the request to node {node}: {e}", now)
         return max(0.0, timeout)
 
     def _fail_expired_batches(self, now: float) -> None:
@@ -287,7 +389,7 @@ class Sender(threading.Thread):
                 f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
                 f"{acc.delivery_timeout_ms:.0f}); "
                 + ("the batch was never sent" if b.attempts == 0 else
-                   f"it was waiting to be retried after {b.attempts} failed attempt(s)")), False)
+                   f"it was waiting to be retried after {b.attempts} failed attempt(s)")), b.attempts > 0)
         for b in expired_in_flight:
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
@@ -336,13 +438,13 @@ class Sender(threading.Thread):
         if resp.disconnected:
             why = ("the request timed out (request.timeout.ms)" if resp.timed_out
                    else "the connection to the broker was lost")
-            code = 7 if resp.timed_out else 13  # REQUEST_TIMED_OUT / NETWORK_EXCEPTION
+            code = RequestTimedOutError.code if resp.timed_out else NetworkError.code
             for b in batches.values():
                 self._complete_batch(b, code, -1, -1, -1, f"{why} (node {resp.request.node_id})", now)
             return
         if resp.body is None:  # acks=0: done once written
             for b in batches.values():
-                self._complete_batch(b, NONE, -1, -1, -1, None, now)
+                self._complete_batch(b, NO_ERROR, -1, -1, -1, None, now)
             return
         self.metrics.record_latency(resp.latency_ms)
         seen = set()
@@ -357,23 +459,54 @@ class Sender(threading.Thread):
                 seen.add(tp)
                 b = found
                 msg = p.get("error_message")
-                if p.get("record_errors"):
-                    detail = "; ".join(f"record {e['batch_index']}: {e['batch_index_error_message']}"
-                                       for e in p["record_errors"])
-                    msg = f"{msg or ''} ({detail})".strip()
+                record_errors = p.get("record_errors")
+                if record_errors and p["error_code"] != NO_ERROR and self._fail_invalid_records(
+                        b, p["error_code"], msg, record_errors, now):
+                    continue
                 self._complete_batch(b, p["error_code"], p["base_offset"], p["log_append_time_ms"],
                                      p["log_start_offset"], msg, now)
         for tp, b in batches.items():
             if tp not in seen:
-                self._complete_batch(b, 13, -1, -1, -1, "the broker's produce response left this partition out",
-                                     now)
+                self._complete_batch(b, NetworkError.code, -1, -1, -1,
+                                     "the broker's produce response left this partition out", now)
+
+    def _fail_invalid_records(self, batch: ProducerBatch, code: int, message: Optional[str],
+                              record_errors: List[Dict[str, Any]], now: float) -> bool:
+        """KIP-467 (Produce v8+): the broker named the records it refused. Only those fail, each with its
+        own message; the batch's other records are retried in a new batch (when retries are left). False
+        when this does not apply and the batch is completed as a whole."""
+        if batch.is_done() or error_class_for_code(code).retriable:
+            return False
+        failed: Dict[int, BaseException] = {}
+        for e in record_errors:
+            index = e["batch_index"]
+            if 0 <= index < batch.record_count:
+                failed[index] = error_for_code(code, e.get("batch_index_error_message") or message)
+        if not failed or len(failed) == batch.record_count or not self._can_retry_records(batch, now):
+            return False
+        if self.guarantee_message_order:
+            self.accumulator.unmute(batch.tp)
+        self._remove_in_flight(batch)
+        log.warning("produce to %s-%s: the broker refused %d of %d record(s) (%s); retrying the others",
+                    batch.topic, batch.partition, len(failed), batch.record_count, next(iter(failed.values())))
+        kept = self.accumulator.split_out_failed_records(batch, failed, now)
+        self.metrics.record_error(len(failed))
+        if self.txn is not None:
+            self.txn.handle_record_errors(batch, kept, len(failed), next(iter(failed.values())),
+                                          self.accumulator.queued_batches_list())
+        self.metrics.retries += 1
+        return True
+
+    def _can_retry_records(self, batch: ProducerBatch, now: float) -> bool:
+        return batch.attempts < self.retries and not batch.has_reached_delivery_timeout(
+            self.accumulator.delivery_timeout_ms, now)
 
     def _complete_batch(self, batch: ProducerBatch, error: int, base_offset: int, log_append_time: int,
                         log_start_offset: int, message: Optional[str], now: float) -> None:
         if self.guarantee_message_order:
             self.accumulator.unmute(batch.tp)
         txn = self.txn
-        if error == MESSAGE_TOO_LARGE and batch.record_count > 1 and not batch.is_done():
+        if error == MessageTooLargeError.code and batch.record_count > 1 and not batch.is_done():
             # KIP-126: split and resend in smaller batches
             log.warning("batch of %d records for %s-%s was too large for the broker; splitting it",
                         batch.record_count, batch.topic, batch.partition)
@@ -385,22 +518,22 @@ class Sender(threading.Thread):
                 txn.add_split_batches(batch, unique)
             self.metrics.splits += parts_count - 1
             return
-        if error not in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+        if error != NO_ERROR and error != DuplicateSequenceNumberError.code:
             exc = error_for_code(error, message)
-            if self._can_retry(batch, error, exc, log_start_offset, now):
+            if self._can_retry(batch, exc, log_start_offset, now):
                 log.warning("produce to %s-%s failed with %s; retrying (attempt %d)",
                             batch.topic, batch.partition, exc.name, batch.attempts + 1)
                 self._remove_in_flight(batch)
                 self.accumulator.reenqueue(batch, now)
                 self.metrics.retries += 1
             else:
-                if error in (45, 59) and txn is not None and not txn.is_transactional:
-                    exc = error_for_code(error, message)
-                self._fail_batch(batch, exc, error in (7, 13))
-            if error in _METADATA_ERRORS:
+                # a timeout or a lost connection leaves unknown whether the broker wrote the batch
+                self._fail_batch(batch, exc, isinstance(exc, (RequestTimedOutError, NetworkError)),
+                                 adjust_sequences=batch.attempts < self.retries)
+            if exc.invalid_metadata:
                 self.metadata.request_update()
             return
-        if error == DUPLICATE_SEQUENCE_NUMBER:
+        if error == DuplicateSequenceNumberError.code:
             # Apache Kafka acknowledges a duplicate with the original offset; some brokers answer 46
             log.debug("duplicate sequence for %s-%s counted as success", batch.topic, batch.partition)
         self._remove_in_flight(batch)
@@ -410,14 +543,13 @@ class Sender(threading.Thread):
             self.metrics.record_success(batch.record_count, batch.estimated_size())
         self.accumulator.deallocate(batch)
 
-    def _can_retry(self, batch: ProducerBatch, error: int, exc: KafkaError, log_start_offset: int,
-                   now: float) -> bool:
+    def _can_retry(self, batch: ProducerBatch, exc: KafkaError, log_start_offset: int, now: float) -> bool:
         if batch.is_done() or batch.attempts >= self.retries:
             return False
         if batch.has_reached_delivery_timeout(self.accumulator.delivery_timeout_ms, now):
             return False
-        if self.txn is not None and batch.has_sequence() and error in (45, 59):
-            return self.txn.can_retry(error, batch, log_start_offset)
+        if self.txn is not None and batch.has_sequence() and isinstance(exc, _SEQUENCE_ERRORS):
+            return self.txn.can_retry(type(exc), batch, log_start_offset)
         return bool(exc.retriable)
 
     def _remove_in_flight(self, batch: ProducerBatch) -> None:
@@ -428,13 +560,18 @@ class Sender(threading.Thread):
             except ValueError:
                 pass
 
-    def _fail_batch(self, batch: ProducerBatch, exc: BaseException, sequence_unknown: bool) -> None:
-        """Complete every record of ``batch`` with ``exc`` and release it."""
+    def _fail_batch(self, batch: ProducerBatch, exc: BaseException, sequence_unknown: bool,
+                    adjust_sequences: bool = True) -> None:
+        """Complete every record of ``batch`` with ``exc`` and release it. ``sequence_unknown``: the broker
+        may have written it; else, with ``adjust_sequences``, later batches of its partition take its
+        sequence range."""
         self._remove_in_flight(batch)
         if self.guarantee_message_order:
             self.accumulator.unmute(batch.tp)
         if self.txn is not None:
-            self.txn.handle_failed_batch(batch, exc, sequence_unknown or batch.in_flight)
+            unknown = sequence_unknown or not adjust_sequences
+            queued = self.accumulator.queued_batches_list() if not unknown else []
+            self.txn.handle_failed_batch(batch, exc, unknown, queued)
         if batch.done(-1, -1, exc):
             self.metrics.record_error(batch.record_count)
             log.debug("failed %d record(s) for %s-%s: %s", batch.record_count, batch.topic, batch.partition, exc)

@@ -1,40 +1,76 @@
-"""Producer id, epoch and per-partition sequence numbers (idempotence), and the transaction state machine.
+"""The transaction manager: Java's ``TransactionManager`` for this client, read top to bottom.
 
-Shared by the application threads (send, transaction calls) and the sender thread; one lock guards it.
+1. :class:`State` and :data:`VALID_SOURCES` (Java's ``isTransitionValid``); ``TransactionManager._transition``
+   is the only code that changes the state.
+2. :class:`TransactionalRequestResult`: what an application thread waits on.
+3. Coordinator requests: :class:`CoordinatorKey`, :class:`Outcome`, :class:`Priority` and one handler class
+   per request (:class:`FindCoordinatorHandler`, :class:`InitProducerIdHandler`,
+   :class:`AddPartitionsToTxnHandler`, :class:`AddOffsetsToTxnHandler`, :class:`TxnOffsetCommitHandler`,
+   :class:`EndTxnHandler`). The sender sends them (``Sender._maybe_send_and_poll_transactional_request``);
+   a handler's ``handle_response`` updates the manager and returns an :class:`Outcome`.
+4. :class:`TransactionManager`: the application's calls (``init_transactions`` ... ``begin_abort``), what
+   ``send()`` checks, what the sender asks (``next_request``, ``retry``, coordinators), and the produce side
+   (sequences through :class:`~kproducer.producer.idempotence.IdempotenceState`, failed batches).
+
+Error meaning comes from the error classes' category flags (``retriable``, ``coordinator_moved``,
+``fenced``, ``txn_fatal``, ``txn_abortable``; see :mod:`kproducer.protocol.errors`). See docs/transactions.md.
 """
 from __future__ import annotations
 
+import enum
+import heapq
+import itertools
 import logging
 import threading
-from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple, Type, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
+    InvalidProducerIdMappingError,
     KafkaError,
     KafkaTimeoutError,
+    OperationNotAttemptedError,
+    OutOfOrderSequenceNumberError,
     ProducerFencedError,
+    TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
     TransactionError,
+    UnknownProducerIdError,
     UnsupportedVersionError,
+    error_for_code,
 )
+from ..protocol import messages as m
+from ..protocol.errors import error_class_for_code
+from ..protocol.messages.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
+from ..protocol.schema import Api
 from .batch import ProducerBatch
+from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
+from .idempotence import MAX_EPOCH, NO_PRODUCER, IdempotenceState, ProducerIdAndEpoch
 
 log = logging.getLogger(__name__)
 
-# a batch failing with one of these ends a transactional producer (Java's maybeTransitionToErrorState)
+TopicPartition = Tuple[str, int]
+Body = Dict[str, Any]
+NO_ERROR = 0
+# InitProducerId v3 (KIP-360) lets a producer bump its own epoch with its current id and epoch
+EPOCH_BUMP_INIT_PRODUCER_ID_VERSION = 3
+# a failed produce batch with one of these ends a transactional producer (Java's maybeTransitionToErrorState)
 _FATAL_BATCH_ERRORS = (ProducerFencedError, ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
                        UnsupportedVersionError)
 
-TopicPartition = Tuple[str, int]
-NO_PRODUCER_ID = -1
-# a broker finds duplicates among the last 5 batches of each producer in a partition
-BROKER_DUPLICATE_WINDOW = 5
+
+class FencedTransactionError(ProducerFencedError, TransactionError):
+    """What every transactional call raises once the producer was fenced: a ProducerFencedError (as Java
+    throws) that is also a TransactionError (the producer must be closed)."""
 
 
-class State:
+# --------------------------------------------------------------------------------------------
+# 1. states
+
+
+class State(enum.Enum):
     UNINITIALIZED = "UNINITIALIZED"
     INITIALIZING = "INITIALIZING"
     READY = "READY"
@@ -44,18 +80,27 @@ class State:
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
     FATAL_ERROR = "FATAL_ERROR"
 
+    def __str__(self) -> str:
+        return self.value
 
-_VALID_TRANSITIONS: Dict[str, Tuple[str, ...]] = {
-    State.UNINITIALIZED: (State.READY, State.ABORTABLE_ERROR),
-    State.INITIALIZING: (State.UNINITIALIZED, State.ABORTABLE_ERROR),
-    State.READY: (State.INITIALIZING, State.ABORTABLE_ERROR),
-    State.IN_TRANSACTION: (State.READY,),
-    State.COMMITTING_TRANSACTION: (State.IN_TRANSACTION,),
-    State.ABORTING_TRANSACTION: (State.IN_TRANSACTION, State.ABORTABLE_ERROR),
-    State.ABORTABLE_ERROR: (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION, State.ABORTABLE_ERROR,
-                            State.INITIALIZING),
-    State.FATAL_ERROR: (),  # from anywhere
+
+S = State
+#: target state -> the states it may be entered from (Java's ``State.isTransitionValid``); FATAL_ERROR
+#: may be entered from any state
+VALID_SOURCES: Dict[State, Tuple[State, ...]] = {
+    S.UNINITIALIZED: (S.READY, S.ABORTABLE_ERROR),
+    S.INITIALIZING: (S.UNINITIALIZED, S.ABORTING_TRANSACTION),
+    S.READY: (S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION),
+    S.IN_TRANSACTION: (S.READY,),
+    S.COMMITTING_TRANSACTION: (S.IN_TRANSACTION,),
+    S.ABORTING_TRANSACTION: (S.IN_TRANSACTION, S.ABORTABLE_ERROR),
+    S.ABORTABLE_ERROR: (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR, S.INITIALIZING),
+    S.FATAL_ERROR: tuple(State),
 }
+
+
+# --------------------------------------------------------------------------------------------
+# 2. results
 
 
 class TransactionalRequestResult:
@@ -84,38 +129,316 @@ class TransactionalRequestResult:
             raise self.error
 
 
-class _PartitionState:
-    __slots__ = ("next_sequence", "last_acked_sequence", "in_flight", "last_acked_offset", "recent")
-
-    def __init__(self) -> None:
-        self.next_sequence = 0
-        self.last_acked_sequence = -1
-        self.in_flight: List[ProducerBatch] = []  # sorted by base sequence
-        self.last_acked_offset = -1
-        # the last batches given sequences, oldest first (the broker's duplicate window, at most)
-        self.recent: Deque[ProducerBatch] = deque(maxlen=BROKER_DUPLICATE_WINDOW)
+# --------------------------------------------------------------------------------------------
+# 3. coordinator requests
 
 
-class PendingRequest:
-    """A transactional request waiting to be sent by the sender thread."""
+class CoordinatorType(enum.Enum):
+    GROUP = KEY_TYPE_GROUP
+    TRANSACTION = KEY_TYPE_TRANSACTION
 
-    def __init__(self, kind: str, build: Callable[[], Tuple[Any, Dict[str, Any]]],
-                 handler: Callable[[Optional[Dict[str, Any]], Optional[BaseException]], None],
-                 result: Optional[TransactionalRequestResult], target: str = "coordinator",
-                 priority: int = 5) -> None:
-        self.kind = kind
-        self.build = build  # -> (api, body)
-        self.handler = handler
-        self.result = result
-        self.target = target  # "coordinator", "group:<id>", or "any"
-        self.priority = priority
+
+class CoordinatorKey(NamedTuple):
+    """Which coordinator a request goes to: the transaction coordinator of a transactional id, or the
+    group coordinator of a consumer group."""
+
+    type: CoordinatorType
+    key: str
+
+
+class Outcome(enum.Enum):
+    SUCCESS = "success"  # the step is done (the handler completed its result)
+    RETRY = "retry"  # send the same request again after retry.backoff.ms
+    FIND_COORDINATOR = "find_coordinator"  # the coordinator moved: look it up, then retry
+    FAILED = "failed"  # the handler failed its result and moved the manager to an error state
+
+
+class Priority(enum.IntEnum):
+    """Java's ``TransactionManager.Priority``: lower goes first."""
+
+    FIND_COORDINATOR = 0
+    INIT_PRODUCER_ID = 1
+    ADD_PARTITIONS_OR_OFFSETS = 2
+    END_TXN = 3
+    EPOCH_BUMP = 4
+
+
+def _error_class(code: int) -> Type[KafkaError]:
+    return error_class_for_code(code)
+
+
+class TxnRequestHandler:
+    """One coordinator request: how to build it, where it goes, what its answer does."""
+
+    name = "TxnRequest"
+    api: Api
+    priority = Priority.ADD_PARTITIONS_OR_OFFSETS
+    is_end_txn = False
+
+    def __init__(self, manager: "TransactionManager", result: Optional[TransactionalRequestResult] = None) -> None:
+        self.manager = manager
+        self.result = result or TransactionalRequestResult(self.name)
         self.attempts = 0
         self.retry_at_ms = 0.0
+
+    def coordinator_key(self) -> Optional[CoordinatorKey]:
+        """None: any broker will do."""
+        return CoordinatorKey(CoordinatorType.TRANSACTION, self.manager.transactional_id or "")
+
+    def build(self) -> Body:
+        raise NotImplementedError
+
+    def handle_response(self, body: Body) -> Outcome:
+        raise NotImplementedError
+
+    # -- shared error handling (called with the manager's lock held) ----------------------------------
+
+    def fatal(self, error: BaseException) -> Outcome:
+        self.manager._transition_to_fatal_error(error)
+        self.result.done(error)
+        return Outcome.FAILED
+
+    def abortable(self, error: BaseException) -> Outcome:
+        self.manager._transition_to_abortable_error(error)
+        self.result.done(error)
+        return Outcome.FAILED
+
+    def abortable_if_possible(self, error: BaseException) -> Outcome:
+        """Java's ``abortableErrorIfPossible``: abortable when the epoch can be bumped, else fatal."""
+        if self.manager.can_bump_epoch():
+            self.manager.epoch_bump_required = True
+            return self.abortable(error)
+        return self.fatal(error)
+
+    def common_error(self, code: int, message: Optional[str] = None) -> Outcome:
+        """The error handling every coordinator request shares; ``code`` is not NO_ERROR."""
+        cls = _error_class(code)
+        if cls.coordinator_moved:
+            key = self.coordinator_key()
+            if key is not None:
+                self.manager.forget_coordinator(key)
+            return Outcome.FIND_COORDINATOR
+        if cls.retriable:
+            return Outcome.RETRY
+        if cls.fenced:
+            return self.fatal(ProducerFencedError(
+                "another producer with the same transactional.id is active (this producer's epoch is stale); "
+                f"close this producer (broker error {cls.name})"))
+        if cls in (UnknownProducerIdError, InvalidProducerIdMappingError):
+            return self.abortable_if_possible(error_for_code(code, message))
+        if cls.txn_abortable:
+            return self.abortable(error_for_code(code, message))
+        return self.fatal(error_for_code(code, message))
+
+
+class FindCoordinatorHandler(TxnRequestHandler):
+    name = "FindCoordinator"
+    api = m.FIND_COORDINATOR
+    priority = Priority.FIND_COORDINATOR
+
+    def __init__(self, manager: "TransactionManager", target: CoordinatorKey) -> None:
+        super().__init__(manager)
+        self.target = target
+
+    def coordinator_key(self) -> Optional[CoordinatorKey]:
+        return None
+
+    def build(self) -> Body:
+        return {"key": self.target.key, "key_type": self.target.type.value, "coordinator_keys": [self.target.key]}
+
+    def handle_response(self, body: Body) -> Outcome:
+        entry = body["coordinators"][0] if body.get("coordinators") else body
+        code = entry["error_code"]
+        if code == NO_ERROR:
+            self.manager.set_coordinator(self.target, entry["node_id"], entry["host"], entry["port"])
+            self.result.done()
+            return Outcome.SUCCESS
+        cls = _error_class(code)
+        if cls.retriable or cls.coordinator_moved:
+            return Outcome.RETRY
+        if cls.txn_abortable:
+            return self.abortable(error_for_code(code, entry.get("error_message")))
+        return self.fatal(error_for_code(code, entry.get("error_message")))
+
+
+class InitProducerIdHandler(TxnRequestHandler):
+    """A new producer id (init_transactions), or, with ``bump``, a new epoch for the current id (KIP-360)."""
+
+    name = "InitProducerId"
+    api = m.INIT_PRODUCER_ID
+
+    def __init__(self, manager: "TransactionManager", bump: bool,
+                 result: Optional[TransactionalRequestResult] = None) -> None:
+        super().__init__(manager, result or TransactionalRequestResult(
+            "abort_transaction" if bump else "init_transactions"))
+        self.bump = bump
+        self.priority = Priority.EPOCH_BUMP if bump else Priority.INIT_PRODUCER_ID
+
+    def build(self) -> Body:
+        current = self.manager.producer_id_and_epoch if self.bump else NO_PRODUCER
+        return {"transactional_id": self.manager.transactional_id,
+                "transaction_timeout_ms": self.manager.transaction_timeout_ms,
+                "producer_id": current.producer_id, "producer_epoch": current.epoch}
+
+    def handle_response(self, body: Body) -> Outcome:
+        code = body["error_code"]
+        if code == NO_ERROR:
+            self.manager._producer_id_initialized(ProducerIdAndEpoch(body["producer_id"], body["producer_epoch"]))
+            self.result.done()
+            return Outcome.SUCCESS
+        cls = _error_class(code)
+        if self.bump and not (cls.retriable or cls.coordinator_moved or cls.fenced or cls.txn_fatal):
+            # The broker advertised InitProducerId v3 but refused the bump (tansu answers UNKNOWN_SERVER_ERROR).
+            # An InitProducerId without the current id also gives this transactional id a new epoch (it is
+            # what init_transactions() sends): fall back to that rather than failing the producer.
+            log.warning("the coordinator refused to bump the epoch of producer id %s (%s); asking for a new "
+                        "epoch as init_transactions() does", self.manager.producer_id, cls.name)
+            self.manager.epoch_bump_refused()
+            self.bump = False
+            return Outcome.RETRY
+        return self.common_error(code)
+
+
+class AddPartitionsToTxnHandler(TxnRequestHandler):
+    name = "AddPartitionsToTxn"
+    api = m.ADD_PARTITIONS_TO_TXN
+
+    def __init__(self, manager: "TransactionManager", partitions: List[TopicPartition]) -> None:
+        super().__init__(manager)
+        self.partitions = partitions
+
+    def build(self) -> Body:
+        by_topic: Dict[str, List[int]] = {}
+        for t, p in self.partitions:
+            by_topic.setdefault(t, []).append(p)
+        pid = self.manager.producer_id_and_epoch
+        return {"transactional_id": self.manager.transactional_id, "producer_id": pid.producer_id,
+                "producer_epoch": pid.epoch, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def handle_response(self, body: Body) -> Outcome:
+        errors: Dict[TopicPartition, int] = {}
+        for topic in body["results"]:
+            for pr in topic["results_by_partition"]:
+                errors[(topic["name"], pr["partition_index"])] = pr["partition_error_code"]
+        for code in errors.values():
+            if code == NO_ERROR or code == OperationNotAttemptedError.code:
+                continue
+            cls = _error_class(code)
+            if cls.coordinator_moved or cls.retriable or cls.fenced or cls.txn_fatal \
+                    or cls in (UnknownProducerIdError, InvalidProducerIdMappingError):
+                return self.common_error(code)  # retried, or the producer cannot go on
+        manager = self.manager
+        # as Java: the partitions leave the pending set whatever the answer
+        manager.pending_partitions.difference_update(errors)
+        failed = [(tp, code) for tp, code in errors.items() if code != NO_ERROR]
+        if failed:
+            # e.g. TOPIC_AUTHORIZATION_FAILED (and OPERATION_NOT_ATTEMPTED for the others): abort the transaction
+            real = [(tp, code) for tp, code in failed if code != OperationNotAttemptedError.code] or failed
+            tp, code = real[0]
+            return self.abortable(error_for_code(code, f"could not add {tp[0]}-{tp[1]} to the transaction"))
+        manager.partitions_in_txn.update(errors)
+        manager.transaction_started = True
+        self.result.done()
+        return Outcome.SUCCESS
+
+
+class AddOffsetsToTxnHandler(TxnRequestHandler):
+    name = "AddOffsetsToTxn"
+    api = m.ADD_OFFSETS_TO_TXN
+
+    def __init__(self, manager: "TransactionManager", offsets: Dict[TopicPartition, OffsetAndMetadata],
+                 group: ConsumerGroupMetadata) -> None:
+        super().__init__(manager, TransactionalRequestResult("send_offsets_to_transaction"))
+        self.offsets = offsets
+        self.group = group
+
+    def build(self) -> Body:
+        pid = self.manager.producer_id_and_epoch
+        return {"transactional_id": self.manager.transactional_id, "producer_id": pid.producer_id,
+                "producer_epoch": pid.epoch, "group_id": self.group.group_id}
+
+    def handle_response(self, body: Body) -> Outcome:
+        code = body["error_code"]
+        if code == NO_ERROR:
+            # the offsets themselves go to the group coordinator; the application waits for that
+            self.manager.transaction_started = True
+            self.manager._enqueue(TxnOffsetCommitHandler(self.manager, self.offsets, self.group, self.result))
+            return Outcome.SUCCESS
+        return self.common_error(code)
+
+
+class TxnOffsetCommitHandler(TxnRequestHandler):
+    name = "TxnOffsetCommit"
+    api = m.TXN_OFFSET_COMMIT
+
+    def __init__(self, manager: "TransactionManager", offsets: Dict[TopicPartition, OffsetAndMetadata],
+                 group: ConsumerGroupMetadata, result: TransactionalRequestResult) -> None:
+        super().__init__(manager, result)
+        self.offsets = offsets
+        self.group = group
+
+    def coordinator_key(self) -> Optional[CoordinatorKey]:
+        return CoordinatorKey(CoordinatorType.GROUP, self.group.group_id)
+
+    def build(self) -> Body:
+        by_topic: Dict[str, List[Body]] = {}
+        for (t, p), om in sorted(self.offsets.items()):
+            by_topic.setdefault(t, []).append({"partition_index": p, "committed_offset": om.offset,
+                                               "committed_leader_epoch": om.leader_epoch,
+                                               "committed_metadata": om.metadata})
+        pid = self.manager.producer_id_and_epoch
+        g = self.group
+        return {"transactional_id": self.manager.transactional_id, "group_id": g.group_id,
+                "producer_id": pid.producer_id, "producer_epoch": pid.epoch, "generation_id": g.generation_id,
+                "member_id": g.member_id, "group_instance_id": g.group_instance_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def handle_response(self, body: Body) -> Outcome:
+        for topic in body["topics"]:
+            for pr in topic["partitions"]:
+                code = pr["error_code"]
+                if code != NO_ERROR:
+                    return self.common_error(code)
+        self.result.done()
+        return Outcome.SUCCESS
+
+
+class EndTxnHandler(TxnRequestHandler):
+    api = m.END_TXN
+    priority = Priority.END_TXN
+    is_end_txn = True
+
+    def __init__(self, manager: "TransactionManager", commit: bool) -> None:
+        self.name = "EndTxn(commit)" if commit else "EndTxn(abort)"
+        super().__init__(manager, TransactionalRequestResult(
+            "commit_transaction" if commit else "abort_transaction"))
+        self.commit = commit
+
+    def build(self) -> Body:
+        pid = self.manager.producer_id_and_epoch
+        return {"transactional_id": self.manager.transactional_id, "producer_id": pid.producer_id,
+                "producer_epoch": pid.epoch, "committed": self.commit}
+
+    def handle_response(self, body: Body) -> Outcome:
+        code = body["error_code"]
+        if code == NO_ERROR:
+            if self.manager._complete_transaction(self.result):
+                return Outcome.SUCCESS  # an epoch bump follows and completes the result
+            self.result.done()
+            return Outcome.SUCCESS
+        return self.common_error(code)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the manager
+
+Offsets = Mapping[TopicPartition, Union[int, OffsetAndMetadata]]
 
 
 class TransactionManager:
     """Idempotent producer state (producer id/epoch, sequences) plus, with a transactional.id, the
-    transaction state machine and its queue of coordinator requests."""
+    transaction state machine and its queue of coordinator requests. One lock guards it: application
+    threads (send, the transaction calls) and the sender thread share it."""
 
     def __init__(self, transactional_id: Optional[str] = None, transaction_timeout_ms: int = 60000,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -123,34 +446,421 @@ class TransactionManager:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.clock = clock
         self._lock = threading.RLock()
-        self.producer_id = NO_PRODUCER_ID
-        self.producer_epoch = -1
-        self._partitions: Dict[TopicPartition, _PartitionState] = {}
-        self.state = State.UNINITIALIZED
+        self._idempotence = IdempotenceState()
+        self._state = State.UNINITIALIZED
         self._last_error: Optional[BaseException] = None
-        self.reset_required = False  # the producer id must be renewed once nothing is in flight
+        # idempotent producer: renew the producer id once nothing is in flight
+        self.reset_required = False
         self.init_in_flight = False
         # transactions
         self.partitions_in_txn: Set[TopicPartition] = set()
-        self.pending_partitions: Set[TopicPartition] = set()  # added to the txn by the sender soon
+        self.pending_partitions: Set[TopicPartition] = set()  # AddPartitionsToTxn sent, not yet answered
         self.new_partitions: Set[TopicPartition] = set()  # not yet sent to the coordinator
-        self.pending_requests: Deque[PendingRequest] = deque()
-        self.coordinator: Optional[int] = None
-        self.group_coordinators: Dict[str, int] = {}
-        self.coordinator_addresses: Dict[int, Tuple[str, int]] = {}
-        self.last_request_error: Optional[BaseException] = None
-        self.in_flight_request: Optional[PendingRequest] = None
-        self.pending_result: Optional[TransactionalRequestResult] = None
         self.transaction_started = False
+        self.epoch_bump_required = False
+        self.coordinator_supports_epoch_bump = False
+        self._epoch_bump_refused = False  # the coordinator advertised v3 but refused a bump
+        self._queue: List[Tuple[int, int, TxnRequestHandler]] = []  # heap of (priority, order, handler)
+        self._order = itertools.count()
+        self._coordinators: Dict[CoordinatorKey, int] = {}
+        self._coordinator_addresses: Dict[int, Tuple[str, int]] = {}
+        self._in_flight: Optional[TxnRequestHandler] = None
+        self._pending_result: Optional[TransactionalRequestResult] = None
 
-    # -- producer id --------------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def _transition(self, target: State, error: Optional[BaseException] = None) -> None:
+        """The only place the state changes; refuses what Java's transition table refuses."""
+        with self._lock:
+            source = self._state
+            if source not in VALID_SOURCES[target]:
+                raise IllegalStateError(f"invalid transaction transition from {source} to {target}")
+            if target in (State.FATAL_ERROR, State.ABORTABLE_ERROR):
+                self._last_error = error
+            elif target in (State.READY, State.INITIALIZING, State.UNINITIALIZED):
+                self._last_error = None
+            log.debug("transaction state %s -> %s", source, target)
+            self._state = target
+
+    def _transition_to_abortable_error(self, error: BaseException) -> None:
+        with self._lock:
+            if self._state in (State.ABORTING_TRANSACTION, State.FATAL_ERROR):
+                log.debug("not moving to ABORTABLE_ERROR in %s: %s", self._state, error)
+                return
+            if self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
+                return  # nothing open to abort (e.g. READY)
+            log.warning("the transaction must be aborted: %s", error)
+            self._transition(State.ABORTABLE_ERROR, error)
+
+    def _transition_to_fatal_error(self, error: BaseException) -> None:
+        with self._lock:
+            log.error("fatal transaction error: %s", error)
+            self._transition(State.FATAL_ERROR, error)
+            queued, self._queue = self._queue, []
+            for _p, _o, handler in queued:
+                handler.result.done(error)
+            if self._pending_result is not None:
+                self._pending_result.done(error)
+
+    @property
+    def last_error(self) -> Optional[BaseException]:
+        return self._last_error
 
     @property
     def is_transactional(self) -> bool:
         return self.transactional_id is not None
 
+    def has_fatal_error(self) -> bool:
+        return self._state == State.FATAL_ERROR
+
+    def has_abortable_error(self) -> bool:
+        return self._state == State.ABORTABLE_ERROR
+
+    def is_completing(self) -> bool:
+        return self._state in (State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION)
+
+    def is_aborting(self) -> bool:
+        return self._state == State.ABORTING_TRANSACTION
+
+    def is_in_transaction(self) -> bool:
+        return self._state == State.IN_TRANSACTION
+
+    def has_ongoing_transaction(self) -> bool:
+        return self._state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION,
+                               State.ABORTABLE_ERROR)
+
+    def can_bump_epoch(self) -> bool:
+        return self.coordinator_supports_epoch_bump
+
+    def note_init_producer_id_version(self, version: int) -> None:
+        """The transaction coordinator's highest InitProducerId version (KIP-360 needs v3)."""
+        with self._lock:
+            self.coordinator_supports_epoch_bump = version >= EPOCH_BUMP_INIT_PRODUCER_ID_VERSION \
+                and not self._epoch_bump_refused
+
+    def epoch_bump_refused(self) -> None:
+        with self._lock:
+            self._epoch_bump_refused = True
+            self.coordinator_supports_epoch_bump = False
+
+    # -- the application's calls ----------------------------------------------------------------------
+
+    def _require_transactional(self) -> None:
+        if not self.is_transactional:
+            raise TransactionError("transactions need a transactional_id: Producer(..., transactional_id='my-app-1')")
+
+    def _check_not_fatal(self) -> None:
+        if self._state == State.FATAL_ERROR:
+            raise self._fatal_call_error()
+
+    def _fatal_call_error(self) -> TransactionError:
+        """Java's maybeFailWithError: after fencing, a ProducerFencedError; else an error caused by the fatal one."""
+        cause = self._last_error
+        message = f"the producer hit a fatal error and must be closed: {cause}"
+        error = FencedTransactionError(message) if isinstance(cause, ProducerFencedError) else TransactionError(message)
+        error.__cause__ = cause
+        return error
+
+    def _cached_result(self, operation: str) -> Optional[TransactionalRequestResult]:
+        """A retried call (after a timeout) waits for the same attempt, as Java's handleCachedTransactionRequestResult."""
+        result = self._pending_result
+        if result is not None and result.operation == operation and not result.is_done():
+            return result
+        return None
+
+    def init_transactions(self) -> TransactionalRequestResult:
+        self._require_transactional()
+        with self._lock:
+            self._check_not_fatal()
+            cached = self._cached_result("init_transactions")
+            if cached is not None:
+                return cached
+            if self._state != State.UNINITIALIZED:
+                raise TransactionError(f"init_transactions() was already called (state {self._state})")
+            self._transition(State.INITIALIZING)
+            handler = InitProducerIdHandler(self, bump=False)
+            self._enqueue(handler)
+            self._pending_result = handler.result
+            return handler.result
+
+    def begin_transaction(self) -> None:
+        self._require_transactional()
+        with self._lock:
+            self._check_not_fatal()
+            if self._state in (State.UNINITIALIZED, State.INITIALIZING):
+                raise TransactionError("call init_transactions() before begin_transaction()")
+            if self._state == State.COMMITTING_TRANSACTION:
+                raise TransactionError("begin_transaction() while commit_transaction() is pending: call "
+                                       "commit_transaction() again to wait for it")
+            if self._state != State.READY:
+                raise TransactionError(f"begin_transaction() needs the previous transaction to be finished (state "
+                                       f"{self._state}); commit or abort it first")
+            self._transition(State.IN_TRANSACTION)
+            self.transaction_started = False
+
+    def send_offsets_to_transaction(self, offsets: Offsets,
+                                    group: Union[str, ConsumerGroupMetadata]) -> TransactionalRequestResult:
+        self._require_transactional()
+        metadata = ConsumerGroupMetadata(group) if isinstance(group, str) else group
+        if not isinstance(metadata, ConsumerGroupMetadata):
+            raise TypeError(f"group must be a group id (str) or a ConsumerGroupMetadata, got {type(group).__name__}")
+        with self._lock:
+            self._check_not_fatal()
+            if self._state == State.ABORTABLE_ERROR:
+                raise TransactionError(f"the transaction must be aborted after: {self._last_error}") \
+                    from self._last_error
+            if self._state != State.IN_TRANSACTION:
+                raise TransactionError("send_offsets_to_transaction() needs an open transaction (begin_transaction())")
+            if not metadata.group_id:
+                raise ValueError("group_id must be a non-empty consumer group id")
+            checked: Dict[TopicPartition, OffsetAndMetadata] = {}
+            for (topic, partition), value in dict(offsets).items():
+                om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)  # type: ignore[arg-type]
+                if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
+                    raise ValueError(f"offset for {topic}-{partition} must be a non-negative int, got {value!r}")
+                checked[(topic, partition)] = om
+            handler = AddOffsetsToTxnHandler(self, checked, metadata)
+            self._enqueue(handler)
+            return handler.result
+
+    def begin_commit(self) -> TransactionalRequestResult:
+        self._require_transactional()
+        with self._lock:
+            self._check_not_fatal()
+            cached = self._cached_result("commit_transaction")
+            if cached is not None:
+                return cached
+            if self._state == State.ABORTABLE_ERROR:
+                raise TransactionError(
+                    f"cannot commit: the transaction must be aborted (abort_transaction()) after: {self._last_error}"
+                ) from self._last_error
+            if self._state != State.IN_TRANSACTION:
+                raise TransactionError(f"commit_transaction() needs an open transaction (state {self._state})")
+            self._transition(State.COMMITTING_TRANSACTION)
+            return self._begin_completing(commit=True)
+
+    def begin_abort(self) -> TransactionalRequestResult:
+        """Abort the open transaction; the caller fails the records still queued (TransactionAbortedError)."""
+        self._require_transactional()
+        with self._lock:
+            self._check_not_fatal()
+            cached = self._cached_result("abort_transaction")
+            if cached is not None:
+                return cached
+            if self._state == State.COMMITTING_TRANSACTION:
+                raise IllegalStateError("abort_transaction() while commit_transaction() is pending: call "
+                                        "commit_transaction() again to wait for its outcome")
+            if self._state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
+                raise TransactionError(f"abort_transaction() needs an open transaction (state {self._state})")
+            self._transition(State.ABORTING_TRANSACTION)
+            self.new_partitions.clear()
+            return self._begin_completing(commit=False)
+
+    def _begin_completing(self, commit: bool) -> TransactionalRequestResult:
+        if self.new_partitions:
+            self._enqueue_add_partitions()
+        end = EndTxnHandler(self, commit)
+        self._enqueue(end)
+        result = end.result
+        if not commit and self.epoch_bump_required:
+            # KIP-360: after EndTxn(abort), InitProducerId with the current id and epoch gives a new epoch,
+            # and every sequence starts again at 0
+            bump = InitProducerIdHandler(self, bump=True)
+            log.info("bumping the epoch of producer id %s after the abort", self.producer_id)
+            self._enqueue(bump)
+            result = bump.result
+        self._pending_result = result
+        return result
+
+    def _producer_id_initialized(self, value: ProducerIdAndEpoch) -> None:
+        """InitProducerId answered (first id, or an epoch bump)."""
+        with self._lock:
+            log.info("producer id %s, epoch %s%s", value.producer_id, value.epoch,
+                     f" (transactional.id={self.transactional_id})" if self.transactional_id else "")
+            self._idempotence.set_producer_id_and_epoch(value)
+            self.epoch_bump_required = False
+            if self._state != State.READY:
+                self._transition(State.READY)
+            self._pending_result = None
+
+    def _complete_transaction(self, result: Optional[TransactionalRequestResult] = None) -> bool:
+        """EndTxn answered (or there was nothing to end at the coordinator). True when an epoch bump
+        follows that was not queued yet (a batch failed while aborting): it completes ``result``."""
+        with self._lock:
+            if not self.epoch_bump_required and self._idempotence.has_unresolved_batches() and self.can_bump_epoch():
+                # a batch sent, then aborted before its retry, may or may not have been written
+                self.epoch_bump_required = True
+            bump = self.epoch_bump_required
+            self._transition(State.INITIALIZING if bump else State.READY)
+            self.partitions_in_txn.clear()
+            self.pending_partitions.clear()
+            self.new_partitions.clear()
+            self.transaction_started = False
+            if not bump:
+                self._pending_result = None
+                self._idempotence.rewind_after_transaction()
+                return False
+            if any(isinstance(h, InitProducerIdHandler) and h.bump for _p, _o, h in self._queue):
+                return False
+            handler = InitProducerIdHandler(self, bump=True, result=result)
+            self._enqueue(handler)
+            self._pending_result = handler.result
+            return result is not None
+
+    # -- send() ---------------------------------------------------------------------------------------
+
+    def check_can_send(self, tp: TopicPartition) -> None:
+        """Called by send(): a transactional producer may only send inside a transaction."""
+        if not self.is_transactional:
+            return
+        with self._lock:
+            if self._state == State.FATAL_ERROR:
+                raise self._fatal_call_error()
+            if self._state == State.ABORTABLE_ERROR:
+                raise TransactionError(
+                    f"the transaction must be aborted (abort_transaction()) after: {self._last_error}")
+            if self._state != State.IN_TRANSACTION:
+                raise TransactionError(
+                    "send() on a transactional producer needs an open transaction: call begin_transaction() first"
+                    f" (state {self._state})")
+            if tp not in self.partitions_in_txn and tp not in self.pending_partitions:
+                self.new_partitions.add(tp)
+
+    def maybe_transition_to_error_state(self, error: BaseException) -> None:
+        """A record failed before it was queued (send() caught the error) or a batch failed: Java's
+        ``maybeTransitionToErrorState``."""
+        if not self.is_transactional:
+            return  # the idempotent producer's fatal errors are the sender's (Sender.fatal_error)
+        with self._lock:
+            if isinstance(error, _FATAL_BATCH_ERRORS):
+                if self._state != State.FATAL_ERROR:
+                    self._transition_to_fatal_error(error)
+            elif not isinstance(error, TransactionAbortedError):
+                if self.can_bump_epoch() and self._state != State.ABORTING_TRANSACTION \
+                        and self._state in VALID_SOURCES[State.ABORTABLE_ERROR]:
+                    self.epoch_bump_required = True
+                self._transition_to_abortable_error(error)
+
+    # -- the sender's side: coordinator requests ---------------------------------------------------------
+
+    def _enqueue(self, handler: TxnRequestHandler) -> None:
+        with self._lock:
+            heapq.heappush(self._queue, (int(handler.priority), next(self._order), handler))
+
+    def retry(self, handler: TxnRequestHandler, retry_at_ms: float) -> None:
+        handler.retry_at_ms = retry_at_ms
+        self._enqueue(handler)
+
+    def _enqueue_add_partitions(self) -> None:
+        parts = sorted(self.new_partitions)
+        self.pending_partitions.update(parts)
+        self.new_partitions.clear()
+        self._enqueue(AddPartitionsToTxnHandler(self, parts))
+
+    def next_request(self, has_incomplete_batches: bool) -> Optional[TxnRequestHandler]:
+        """The next coordinator request to send, taken off the queue; None when there is none to send now
+        (Java's ``nextRequest``)."""
+        with self._lock:
+            if self.new_partitions and self._state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION) \
+                    and self.has_producer_id():
+                self._enqueue_add_partitions()
+            while self._queue:
+                handler = self._queue[0][2]
+                if handler.is_end_txn and has_incomplete_batches:
+                    return None  # EndTxn waits until every batch of the transaction is acknowledged or failed
+                heapq.heappop(self._queue)
+                if isinstance(handler, EndTxnHandler) and handler.commit and self._state == State.ABORTABLE_ERROR:
+                    # a record of the transaction failed while it was being committed: no EndTxn(commit)
+                    error = self._last_error
+                    commit_error = TransactionError(
+                        f"cannot commit: a record of the transaction failed ({error}); call abort_transaction()")
+                    commit_error.__cause__ = error
+                    self._pending_result = None
+                    handler.result.done(commit_error)
+                    continue
+                if handler.is_end_txn and not self.transaction_started and not self.pending_partitions:
+                    # nothing reached the coordinator: there is nothing to end there
+                    if not self._complete_transaction(handler.result):
+                        handler.result.done()
+                    continue
+                if handler.is_end_txn and self.pending_partitions:
+                    heapq.heappush(self._queue, (int(handler.priority), next(self._order), handler))
+                    return None
+                return handler
+            return None
+
+    def has_pending_requests(self) -> bool:
+        with self._lock:
+            return bool(self._queue) or self._in_flight is not None or bool(self.new_partitions)
+
+    def peek_retry_at(self) -> float:
+        with self._lock:
+            return self._queue[0][2].retry_at_ms if self._queue else 0.0
+
+    def set_in_flight(self, handler: Optional[TxnRequestHandler]) -> None:
+        self._in_flight = handler
+
+    def has_in_flight_request(self) -> bool:
+        return self._in_flight is not None
+
+    def coordinator(self, key: CoordinatorKey) -> Optional[int]:
+        with self._lock:
+            return self._coordinators.get(key)
+
+    def coordinator_address(self, node_id: int) -> Optional[Tuple[str, int]]:
+        with self._lock:
+            return self._coordinator_addresses.get(node_id)
+
+    def set_coordinator(self, key: CoordinatorKey, node_id: int, host: str, port: int) -> None:
+        with self._lock:
+            log.info("discovered %s coordinator %s (%s:%s) for %r", key.type.name.lower(), node_id, host, port,
+                     key.key)
+            self._coordinators[key] = node_id
+            self._coordinator_addresses[node_id] = (host, port)
+
+    def forget_coordinator(self, key: CoordinatorKey) -> None:
+        with self._lock:
+            self._coordinators.pop(key, None)
+
+    def lookup_coordinator(self, key: CoordinatorKey) -> None:
+        self._enqueue(FindCoordinatorHandler(self, key))
+
+    def handle_response(self, handler: TxnRequestHandler, body: Body) -> Outcome:
+        with self._lock:
+            outcome = handler.handle_response(body)
+            if outcome is Outcome.FIND_COORDINATOR:
+                key = handler.coordinator_key()
+                if key is not None:
+                    self.forget_coordinator(key)
+                    self.lookup_coordinator(key)
+            return outcome
+
+    def fail_request(self, handler: TxnRequestHandler, error: BaseException) -> None:
+        """A request could not be handled (e.g. a bug while handling its answer): fail visibly."""
+        with self._lock:
+            handler.result.done(error)
+            self._transition_to_fatal_error(error)
+
+    # -- the produce side: producer id and sequences ---------------------------------------------------
+
+    @property
+    def producer_id_and_epoch(self) -> ProducerIdAndEpoch:
+        return self._idempotence.producer_id_and_epoch
+
+    @property
+    def producer_id(self) -> int:
+        return self._idempotence.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._idempotence.producer_epoch
+
     def has_producer_id(self) -> bool:
-        return self.producer_id >= 0
+        return self._idempotence.has_producer_id()
 
     def needs_producer_id(self) -> bool:
         """For a plain idempotent producer: InitProducerId is due (first time, or after a reset)."""
@@ -158,28 +868,18 @@ class TransactionManager:
             return not self.is_transactional and not self.has_producer_id() and not self.init_in_flight
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
+        """The idempotent producer's InitProducerId answer."""
         with self._lock:
-            log.info("producer id %s, epoch %s%s", producer_id, epoch,
-                     f" (transactional.id={self.transactional_id})" if self.transactional_id else "")
-            self.producer_id = producer_id
-            self.producer_epoch = epoch
-            self._reset_sequences()
-
-    def _reset_sequences(self) -> None:
-        for st in self._partitions.values():
-            st.next_sequence = 0
-            st.last_acked_sequence = -1
-            st.in_flight = []
-            st.recent.clear()
+            log.info("producer id %s, epoch %s", producer_id, epoch)
+            self._idempotence.set_producer_id_and_epoch(ProducerIdAndEpoch(producer_id, epoch))
 
     def request_reset(self, reason: str) -> None:
-        """Renew the producer id (a fresh id restarts every sequence at 0) once in-flight batches are
-        resolved. Used when a partition's sequence state is unknown (an in-flight batch expired or failed,
-        or the broker lost our producer state)."""
+        """Idempotent producer: renew the producer id (a fresh id restarts every sequence at 0) once in-flight
+        batches are resolved, because a partition's sequence state is unknown. A transactional producer
+        cannot continue its transaction over that: it becomes abortable (and the abort bumps the epoch)."""
         with self._lock:
             if self.is_transactional:
-                # a transaction cannot continue over a sequence problem: abort it
-                self.transition_to_abortable_error(KafkaError(f"sequence state lost: {reason}"))
+                self.maybe_transition_to_error_state(KafkaError(f"sequence state lost: {reason}"))
                 return
             if not self.reset_required:
                 log.warning("resetting the idempotent producer id: %s", reason)
@@ -192,231 +892,122 @@ class TransactionManager:
             if not self.reset_required or not nothing_in_flight:
                 return False
             self.reset_required = False
-            self.producer_id = NO_PRODUCER_ID
-            self.producer_epoch = -1
-            self._reset_sequences()
+            self._idempotence.set_producer_id_and_epoch(NO_PRODUCER)
             for b in queued:
-                b.set_producer_state(NO_PRODUCER_ID, -1, -1, False)
+                b.set_producer_state(NO_PRODUCER.producer_id, NO_PRODUCER.epoch, -1, False)
             return True
-
-    # -- sequences (called by the accumulator under its lock, from the sender thread) -----------------
-
-    def _part(self, tp: TopicPartition) -> _PartitionState:
-        st = self._partitions.get(tp)
-        if st is None:
-            st = self._partitions[tp] = _PartitionState()
-        return st
 
     def should_stop_drain(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` (the head of its queue) must wait (Kafka's shouldStopDrainBatchesForPartition)."""
-        if self.producer_id < 0 or self.reset_required:
+        """Whether ``batch`` (the head of its queue) must wait (Java's shouldStopDrainBatchesForPartition)."""
+        if not self.has_producer_id() or self.reset_required:
             return True
-        if self.is_transactional and batch.tp not in self.partitions_in_txn:
+        if self.is_transactional and (batch.tp not in self.partitions_in_txn
+                                      or self._state == State.INITIALIZING):
             return True
-        st = self._partitions.get(batch.tp)
-        if st is None or not st.in_flight:
-            return False
-        if batch.has_sequence():
-            # a retry goes out only when it is the first unacknowledged batch: order is kept
-            return batch.base_sequence != st.in_flight[0].base_sequence
-        oldest = next((b for b in st.in_flight if not b.is_done()), None)
-        if oldest is None:
-            return False
-        # The first batch of a partition under this producer id goes alone: a broker with no state for the
-        # producer accepts any sequence (Kafka 2.5+), so a batch pipelined behind a first batch that fails
-        # retriably (nothing written) would be written before it, and the first batch's retry would then be
-        # refused as OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms.
-        if st.last_acked_sequence < 0:
-            return True
-        # A new batch must not push the oldest unacknowledged batch out of the broker's duplicate window
-        # (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE instead of
-        # acknowledged as a duplicate. One connection never has more than 5 in flight, but after a leader
-        # move the old and the new leader's connections together can.
-        if len(st.recent) < BROKER_DUPLICATE_WINDOW:
-            return False
-        return not any(b is oldest for b in list(st.recent)[1:])
+        return self._idempotence.should_stop_drain(batch)
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
-        if batch.has_sequence() and batch.producer_id == self.producer_id:
-            return
-        st = self._part(batch.tp)
-        batch.set_producer_state(self.producer_id, self.producer_epoch, st.next_sequence, self.is_transactional)
-        st.next_sequence = (st.next_sequence + batch.record_count) & 0x7FFFFFFF
-        st.in_flight.append(batch)
-        st.recent.append(batch)
-        st.in_flight.sort(key=lambda b: b.base_sequence)
+        self._idempotence.assign_sequence(batch, self.is_transactional)
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
-        """Parts of a split batch take over its sequence range in order."""
         with self._lock:
-            st = self._part(original.tp)
-            if original in st.in_flight:
-                st.in_flight.remove(original)
-            if not original.has_sequence() or original.producer_id != self.producer_id:
-                return
-            seq = original.base_sequence
-            for part in parts:
-                part.set_producer_state(original.producer_id, original.producer_epoch, seq, original.is_transactional)
-                seq = (seq + part.record_count) & 0x7FFFFFFF
-                st.in_flight.append(part)
-            st.in_flight.sort(key=lambda b: b.base_sequence)
-            # the parts take the original's place among the recent batches
-            recent = list(st.recent)
-            if original in recent:
-                i = recent.index(original)
-                recent[i:i + 1] = parts
-            st.recent.clear()
-            st.recent.extend(recent)
+            self._idempotence.add_split_batches(original, parts)
 
     def first_in_flight_sequence(self, tp: TopicPartition) -> int:
-        st = self._partitions.get(tp)
-        return st.in_flight[0].base_sequence if st and st.in_flight else -1
+        return self._idempotence.first_in_flight_sequence(tp)
 
     def sequence_number(self, tp: TopicPartition) -> int:
-        st = self._partitions.get(tp)
-        return st.next_sequence if st else 0
+        return self._idempotence.sequence_number(tp)
 
     def last_acked_sequence(self, tp: TopicPartition) -> int:
-        st = self._partitions.get(tp)
-        return st.last_acked_sequence if st else -1
+        return self._idempotence.last_acked_sequence(tp)
 
     def is_next_sequence(self, batch: ProducerBatch) -> bool:
-        st = self._partitions.get(batch.tp)
-        last = st.last_acked_sequence if st else -1
-        return batch.base_sequence == ((last + 1) & 0x7FFFFFFF)
-
-    def handle_completed_batch(self, batch: ProducerBatch, base_offset: int) -> None:
-        with self._lock:
-            st = self._partitions.get(batch.tp)
-            if st is None or batch.producer_id != self.producer_id:
-                return
-            if batch in st.in_flight:
-                st.in_flight.remove(batch)
-            if batch.has_sequence():
-                if batch.last_sequence > st.last_acked_sequence or st.last_acked_sequence < 0:
-                    st.last_acked_sequence = batch.last_sequence
-            if base_offset >= 0:
-                st.last_acked_offset = max(st.last_acked_offset, base_offset + batch.record_count - 1)
-
-    def handle_failed_batch(self, batch: ProducerBatch, error: BaseException, sequence_unknown: bool) -> None:
-        """A batch completed with an error. When the broker may or may not have written it (it expired in
-        flight), or when later batches were already sequenced after it, the sequence state of its
-        partition is no longer known and the producer id is reset."""
-        with self._lock:
-            st = self._partitions.get(batch.tp)
-            if st is not None and batch in st.in_flight:
-                st.in_flight.remove(batch)
-            if self.is_transactional:
-                if isinstance(error, _FATAL_BATCH_ERRORS):
-                    if self.state != State.FATAL_ERROR:
-                        self.transition_to_fatal_error(error)
-                elif not isinstance(error, (TransactionError,)) and self.state == State.IN_TRANSACTION:
-                    self.transition_to_abortable_error(error)
-                return
-            if batch.has_sequence() and batch.producer_id == self.producer_id:
-                later = st is not None and (st.in_flight or st.next_sequence != (batch.last_sequence + 1) & 0x7FFFFFFF)
-                if sequence_unknown or later:
-                    self.request_reset(f"batch for {batch.topic}-{batch.partition} failed: {error}")
-                elif st is not None:
-                    # nothing after it: the next batch may reuse its sequence range
-                    st.next_sequence = batch.base_sequence
+        return self._idempotence.is_next_sequence(batch)
 
     def remove_in_flight(self, batch: ProducerBatch) -> None:
         with self._lock:
-            st = self._partitions.get(batch.tp)
-            if st is not None and batch in st.in_flight:
-                st.in_flight.remove(batch)
+            self._idempotence.remove_in_flight(batch)
 
-    def can_retry(self, error_code: int, batch: ProducerBatch, log_start_offset: int) -> bool:
-        """Whether a failed batch may be retried (Kafka's TransactionManager.canRetry)."""
-        if batch.producer_id != self.producer_id or batch.producer_epoch != self.producer_epoch:
-            # the id was renewed meanwhile: the batch gets new sequences when it is drained again
-            return True
-        if error_code == 59:  # UNKNOWN_PRODUCER_ID: the broker lost our state (e.g. log truncated)
-            if not self.is_transactional:
-                self.request_reset("the broker does not know the producer id")
-            return True
-        if error_code == 45:  # OUT_OF_ORDER_SEQUENCE_NUMBER
-            if not self.is_next_sequence(batch):
-                # an earlier batch failed or is being retried: this one follows it again
-                return True
-            if not self.is_transactional:
-                self.request_reset("the broker rejected the next expected sequence")
-                return True
-        return False
-
-    # -- transactions: state ----------------------------------------------------------------------
-
-    def _transition(self, target: str, error: Optional[BaseException] = None) -> None:
+    def handle_completed_batch(self, batch: ProducerBatch, base_offset: int) -> None:
         with self._lock:
-            if target != State.FATAL_ERROR and self.state not in _VALID_TRANSITIONS[target] and \
-                    self.state != target:
-                raise IllegalStateError(f"invalid transaction transition from {self.state} to {target}")
-            if target in (State.FATAL_ERROR, State.ABORTABLE_ERROR):
-                self._last_error = error
-            elif target == State.READY:
-                self._last_error = None
-            log.debug("transaction state %s -> %s", self.state, target)
-            self.state = target
+            self._idempotence.handle_completed_batch(batch, base_offset)
 
-    def transition_to_abortable_error(self, error: BaseException) -> None:
+    def handle_failed_batch(self, batch: ProducerBatch, error: BaseException, sequence_unknown: bool,
+                            queued: List[ProducerBatch]) -> None:
+        """A batch completed with an error (Java's ``handleFailedBatch``). ``sequence_unknown``: the broker
+        may or may not have written it (it expired in flight). Otherwise the broker refused it for good and
+        the later batches of its partition move down into its sequence range (``queued``: the batches
+        waiting in the accumulator)."""
         with self._lock:
-            if self.state in (State.ABORTING_TRANSACTION, State.FATAL_ERROR, State.ABORTABLE_ERROR):
+            self.maybe_transition_to_error_state(error)
+            idem = self._idempotence
+            idem.remove_in_flight(batch)
+            if self.has_fatal_error() or not batch.has_sequence() or not idem.is_current(batch):
                 return
-            if self.state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION):
-                log.warning("transaction must be aborted: %s", error)
-                self._transition(State.ABORTABLE_ERROR, error)
+            if isinstance(error, UnknownProducerIdError):
+                idem.partition(batch.tp).reset()
+            elif sequence_unknown:
+                if self.is_transactional and self.can_bump_epoch():
+                    self.epoch_bump_required = True  # the broker may have written it: only a new epoch is safe
+                if not self.is_transactional:
+                    if idem.has_later_sequences(batch):
+                        self.request_reset(f"batch for {batch.topic}-{batch.partition} failed: {error}")
+                    else:
+                        idem.reuse_failed_range(batch)
+                elif not self.can_bump_epoch():
+                    self._transition_to_fatal_error(KafkaError(
+                        "the client has no acknowledgement for records it can no longer retry, and the broker "
+                        f"cannot bump the producer epoch: it is not safe to continue ({error})"))
+            elif isinstance(error, OutOfOrderSequenceNumberError) and not self.is_transactional:
+                self.request_reset(f"the broker found a sequence gap in {batch.topic}-{batch.partition}")
+            elif not self.is_transactional and not idem.has_later_sequences(batch):
+                idem.reuse_failed_range(batch)
+            else:
+                idem.adjust_sequences_due_to_failed_batch(batch, queued)
 
-    def transition_to_fatal_error(self, error: BaseException) -> None:
+    def handle_record_errors(self, original: ProducerBatch, kept: Optional[ProducerBatch], removed: int,
+                             error: BaseException, queued: List[ProducerBatch]) -> None:
+        """KIP-467: some records of ``original`` failed with ``error`` (the others, if any, are in ``kept``
+        and will be retried). A failed record makes an open transaction abortable."""
         with self._lock:
-            log.error("fatal transaction error: %s", error)
-            self._transition(State.FATAL_ERROR, error)
-            for req in list(self.pending_requests):
-                if req.result is not None:
-                    req.result.done(error)
-            self.pending_requests.clear()
-            if self.pending_result is not None:
-                self.pending_result.done(error)
+            self.maybe_transition_to_error_state(error)
+            if kept is None:
+                self._idempotence.remove_in_flight(original)
+                self._idempotence.adjust_sequences_due_to_failed_batch(original, queued)
+            else:
+                self._idempotence.replace_after_record_errors(original, kept, removed, queued)
 
-    @property
-    def last_error(self) -> Optional[BaseException]:
-        return self._last_error
-
-    def has_fatal_error(self) -> bool:
-        return self.state == State.FATAL_ERROR
-
-    def has_abortable_error(self) -> bool:
-        return self.state == State.ABORTABLE_ERROR
-
-    def is_completing(self) -> bool:
-        return self.state in (State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION)
-
-    def is_aborting(self) -> bool:
-        return self.state == State.ABORTING_TRANSACTION
-
-    def has_ongoing_transaction(self) -> bool:
-        return self.state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION,
-                              State.ABORTABLE_ERROR)
-
-    def is_in_transaction(self) -> bool:
-        return self.state == State.IN_TRANSACTION
-
-    def check_can_send(self, tp: TopicPartition) -> None:
-        """Called by send(): a transactional producer may only send inside a transaction."""
-        if not self.is_transactional:
-            return
+    def can_retry(self, error: Type[KafkaError], batch: ProducerBatch, log_start_offset: int) -> bool:
+        """Whether a batch refused with OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID may be retried
+        (Java's ``TransactionManager.canRetry``)."""
         with self._lock:
-            if self.state == State.FATAL_ERROR:
-                raise TransactionError(f"the producer hit a fatal error and must be closed: {self._last_error}")
-            if self.state == State.ABORTABLE_ERROR:
-                raise TransactionError(
-                    f"the transaction must be aborted (abort_transaction()) after: {self._last_error}")
-            if self.state != State.IN_TRANSACTION:
-                raise TransactionError(
-                    "send() on a transactional producer needs an open transaction: call begin_transaction() first"
-                    f" (state {self.state})")
-            if tp not in self.partitions_in_txn and tp not in self.pending_partitions:
-                self.new_partitions.add(tp)
+            idem = self._idempotence
+            if not idem.is_current(batch):
+                # the id or epoch was renewed meanwhile: the batch gets new sequences when drained again
+                return True
+            if error is UnknownProducerIdError:
+                if not self.is_transactional:
+                    self.request_reset("the broker does not know the producer id")
+                    return True
+                if log_start_offset == -1 or batch.reopened:
+                    return True
+                if idem.last_acked_offset(batch.tp) < log_start_offset:
+                    # the head of the log was removed with our producer state: start the sequences again
+                    idem.partition(batch.tp).reset()
+                    for b in list(idem.partition(batch.tp).in_flight):
+                        b.set_producer_state(-1, -1, -1, True)
+                    return True
+                return False
+            if error is OutOfOrderSequenceNumberError:
+                if batch.reopened or not idem.is_next_sequence(batch):
+                    # an earlier batch failed or is being retried: this one follows it again
+                    return True
+                if not self.is_transactional:
+                    self.request_reset("the broker rejected the next expected sequence")
+                    return True
+            return False
 
-    def has_pending_requests(self) -> bool:
-        return bool(self.pending_requests) or self.in_flight_request is not None or bool(self.new_partitions)
+
+__all__ = ["CoordinatorKey", "CoordinatorType", "FencedTransactionError", "MAX_EPOCH", "Outcome", "Priority", "State",
+           "TransactionManager", "TransactionalRequestResult", "VALID_SOURCES"]

@@ -234,6 +234,47 @@ def test_committed_and_aborted_transactions_markers(tansu: Any) -> None:
         consumer.close()
 
 
+def test_abort_after_an_abortable_error_leaves_an_abort_marker_and_the_next_commit_is_readable(tansu: Any) -> None:
+    """Issue 11: a record of a transaction fails (here: too large, which send() reports through the record's
+    future, as Java does, making the transaction abortable); commit_transaction() refuses, the abort writes
+    ABORT markers after the records already written, and the next transaction (under a bumped epoch when the
+    broker supports KIP-360) commits and is readable."""
+    from kproducer.errors import MessageTooLargeError
+
+    topic = _topic(tansu, 2)
+    producer = Producer(bootstrap_servers=tansu.bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}",
+                        linger_ms=5, max_block_ms=15_000, max_request_size=20_000)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        written = [producer.send(topic, b"e-%d" % i, partition=i % 2) for i in range(6)]
+        producer.flush(timeout=10)
+        assert all(f.get(0).offset >= 0 for f in written)
+        too_large = producer.send(topic, b"x" * 30_000, partition=0)
+        assert isinstance(too_large.exception(0), MessageTooLargeError)
+        with pytest.raises(TransactionError, match="abort"):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = [producer.send(topic, b"f-%d" % i, partition=i % 2) for i in range(4)]
+        producer.commit_transaction()
+        assert all(f.get(0).offset >= 0 for f in kept)
+    finally:
+        producer.close(timeout=5)
+    for p in range(2):
+        batches, _ = fetch_batches(tansu.bootstrap, topic, p)
+        events = log_events(batches)
+        assert [(e[0], e[3]) for e in events] == [
+            ("data", [b"e-%d" % i for i in range(p, 6, 2)]), ("marker", ABORT),
+            ("data", [b"f-%d" % i for i in range(p, 4, 2)]), ("marker", COMMIT)], (p, events)
+        (pid,) = {e[1] for e in events}
+        # each marker carries its transaction's epoch (the same, or bumped by the abort)
+        assert events[0][2] == events[1][2] and events[2][2] == events[3][2] >= events[1][2]
+        assert pid >= 0
+    committed = consume(tansu.bootstrap, topic, range(2), 4, timeout=10, isolation_level="read_committed")
+    assert {b"f-%d" % i for i in range(4)} <= {m.value for m in committed}
+
+
 def test_fencing_between_transactions(tansu: Any) -> None:
     """A second producer's init_transactions() fences the first: its next record fails with
     ProducerFencedError, every later call raises a TransactionError caused by the fencing, and close()

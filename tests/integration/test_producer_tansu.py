@@ -314,7 +314,7 @@ def test_partitions_for(tansu: Any, new_topic: Any) -> None:
             assert producer.send(topic, b"to-%d" % p, partition=p).get(10).partition == p
         # as in Java, a partition beyond the known count waits max.block.ms for metadata that has it
         with pytest.raises(KafkaTimeoutError, match="Partition 5 of topic"):
-            producer.send(topic, b"x", partition=5)
+            producer.send(topic, b"x", partition=5).get(0)
         with pytest.raises(ValueError, match="partition"):
             producer.send(topic, b"x", partition=-1)
     consumer = KafkaConsumer(bootstrap_servers=tansu.bootstrap, group_id=None, allow_auto_create_topics=False)
@@ -349,7 +349,7 @@ def test_unknown_topic_without_auto_creation_times_out(tansu: Any) -> None:
     with Producer(bootstrap_servers=tansu.bootstrap, max_block_ms=500, allow_auto_create_topics=False) as producer:
         t0 = time.monotonic()
         with pytest.raises(KafkaTimeoutError, match=topic) as info:
-            producer.send(topic, b"nowhere")
+            producer.send(topic, b"nowhere").get(0)
         elapsed = time.monotonic() - t0
         assert 0.4 <= elapsed < 3, elapsed
         assert "max.block.ms" in str(info.value)

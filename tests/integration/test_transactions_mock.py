@@ -18,6 +18,7 @@ from sent_records import Sent as SentRecords
 
 from kproducer import Producer
 from kproducer.errors import (
+    KafkaTimeoutError,
     InvalidProducerEpochError,
     ProducerClosedError,
     ProducerFencedError,
@@ -495,3 +496,147 @@ def test_transaction_through_produce_faults(cluster: MockCluster) -> None:
     for p in range(PARTITIONS):
         assert shape(log(cluster, p)) == sent.by_partition(everything)[p] + ["COMMIT"]
     assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(everything)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 11: a failed record makes the transaction all-or-nothing
+
+
+def end_txn_requests(cluster: MockCluster) -> int:
+    return sum(1 for e in cluster.request_log if e.api == "end_txn")
+
+
+def test_record_failing_while_commit_flushes_fails_the_commit(cluster: MockCluster) -> None:
+    """Bug 1 of issue 11: a non-retriable produce error while commit_transaction() flushes the records
+    makes the transaction abortable: the commit raises (with the record's error as its cause), no
+    EndTxn(commit) is sent, and only abort_transaction() ends it."""
+    from kproducer.errors import InvalidRecordError
+
+    sent = Sent()
+    with txn_producer(cluster, linger_ms=60000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        ok = sent.send_many(producer, "ok", 5)  # one batch per partition...
+        producer.flush(WAIT)
+        bad = [sent.send(producer, b"bad", partition=0)]  # ...then one that waits for the commit's flush
+        cluster.reset_request_log()
+        cluster.inject_errors("produce", [InvalidRecordError.code])
+        with pytest.raises(TransactionError) as raised:
+            producer.commit_transaction()
+        assert isinstance(raised.value.__cause__, InvalidRecordError), repr(raised.value.__cause__)
+        assert isinstance(sent.futures[bad[0]].exception(WAIT), InvalidRecordError)
+        assert end_txn_requests(cluster) == 0, "no EndTxn(commit) for a transaction with a failed record"
+        assert cluster.transaction_state("txn-1") not in ("PrepareCommit", "CompleteCommit")
+        with pytest.raises(TransactionError):
+            producer.commit_transaction()  # still refused: the transaction must be aborted
+        producer.abort_transaction()
+        # (the abort bumped the epoch afterwards: a new InitProducerId leaves the coordinator Empty)
+        assert cluster.transaction_state("txn-1") in ("CompleteAbort", "Empty")
+        assert all(shape(log(cluster, p))[-1] == "ABORT" for p in range(5))
+        # and the producer goes on
+        producer.begin_transaction()
+        kept = sent.send_many(producer, "kept", 6)
+        producer.commit_transaction()
+    assert cluster.transaction_state("txn-1") == "CompleteCommit"
+    assert sorted(sent.failed()) == bad
+    assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(kept)
+    assert ok  # written, then aborted: invisible to read_committed (checked above)
+
+
+def test_after_a_failed_record_and_abort_the_next_transaction_is_accepted_at_once(cluster: MockCluster) -> None:
+    """Bug 2 of issue 11: a record of a transaction fails, the application aborts and begins the next
+    transaction; its first record to that partition is accepted at once (the abort bumped the epoch,
+    KIP-360, and reset the sequences) instead of being refused as OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from kproducer.errors import InvalidRecordError
+
+    sent = Sent()
+    with txn_producer(cluster, request_timeout_ms=5000, delivery_timeout_ms=10000) as producer:
+        producer.init_transactions()
+        pid, epoch = pid_epoch(producer)
+        producer.begin_transaction()
+        first = [sent.send(producer, b"first", partition=0)]
+        producer.commit_transaction()
+        producer.begin_transaction()
+        sent.send(producer, b"before", partition=0)
+        producer.flush(WAIT)
+        cluster.inject_errors("produce", [InvalidRecordError.code])
+        failed = sent.send(producer, b"fails", partition=0)
+        assert isinstance(sent.futures[failed].exception(WAIT), InvalidRecordError)
+        producer.abort_transaction()
+        assert pid_epoch(producer) == (pid, epoch + 1), "the abort bumped the epoch (KIP-360)"
+        produce_before = cluster.request_counts["produce"]
+        producer.begin_transaction()
+        nxt = [sent.send(producer, b"next", partition=0)]
+        assert sent.futures[nxt[0]].get(WAIT).offset >= 0
+        assert cluster.request_counts["produce"] - produce_before == 1, "no OUT_OF_ORDER_SEQUENCE retries"
+        producer.commit_transaction()
+    assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(first + nxt)
+    assert shape(log(cluster, 0))[-1] == "COMMIT"
+
+
+def test_abort_while_a_commit_is_pending_is_refused(cluster: MockCluster) -> None:
+    """Bug 3 of issue 11: abort_transaction() while commit_transaction() is still pending (it timed out
+    on the caller's side but goes on in the background) is refused with IllegalStateError, like Java,
+    every time; calling commit_transaction() again finishes the commit."""
+    from kproducer.errors import IllegalStateError
+
+    sent = Sent()
+    with txn_producer(cluster, request_timeout_ms=3000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        batch = sent.send_many(producer, "c", 6)
+        producer.flush(WAIT)
+        for broker in cluster.broker_ids:
+            cluster.set_latency(broker, 1500)  # the EndTxn answer comes late
+        with pytest.raises(KafkaTimeoutError):
+            producer.commit_transaction(timeout=0.2)
+        for _ in range(2):
+            with pytest.raises(IllegalStateError, match=r"commit_transaction\(\) is pending"):
+                producer.abort_transaction()
+        with pytest.raises(TransactionError, match="commit"):
+            producer.begin_transaction()
+        cluster.clear_faults()
+        producer.commit_transaction(WAIT)
+        assert cluster.transaction_state("txn-1") == "CompleteCommit"
+    assert sent.failed() == {}
+    assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(batch)
+
+
+def test_a_record_send_cannot_queue_fails_its_future_and_makes_the_transaction_abortable(
+        cluster: MockCluster) -> None:
+    """As Java's doSend: a record too large fails through its future and callback (send() does not raise),
+    and the open transaction must be aborted; the next transaction commits."""
+    from kproducer.errors import MessageTooLargeError
+
+    calls: List[Any] = []
+    sent = Sent()
+    with txn_producer(cluster, max_request_size=10_000) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        sent.send_many(producer, "before", 3)
+        future = producer.send(TOPIC, b"x" * 20_000, partition=0, callback=lambda md, exc: calls.append((md, exc)))
+        assert isinstance(future.exception(0), MessageTooLargeError)
+        assert calls == [(None, future.exception(0))]
+        with pytest.raises(TransactionError, match="abort"):
+            producer.send(TOPIC, b"after", partition=0)
+        with pytest.raises(TransactionError) as raised:
+            producer.commit_transaction()
+        assert isinstance(raised.value.__cause__, MessageTooLargeError)
+        producer.abort_transaction()
+        producer.begin_transaction()
+        kept = sent.send_many(producer, "kept", 6)
+        producer.commit_transaction()
+    assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(kept)
+
+
+def test_send_offsets_with_consumer_group_metadata_and_offset_metadata(cluster: MockCluster) -> None:
+    from kproducer import ConsumerGroupMetadata, OffsetAndMetadata
+
+    with txn_producer(cluster) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"v", partition=0)
+        producer.send_offsets_to_transaction({("in", 0): OffsetAndMetadata(9, "from-meta"), ("in", 1): 4},
+                                             ConsumerGroupMetadata("group-m"))
+        producer.commit_transaction()
+    assert cluster.committed_offsets("group-m") == {("in", 0): 9, ("in", 1): 4}

@@ -202,9 +202,10 @@ def test_ready_while_a_transaction_completes() -> None:
     txn = TransactionManager("tx")
     env = Env(linger_ms=10_000, txn=txn)
     env.append()
-    txn.state = State.IN_TRANSACTION
+    for state in (State.INITIALIZING, State.READY, State.IN_TRANSACTION):
+        txn._transition(state)
     assert env.ready().ready_nodes == set()
-    txn.state = State.COMMITTING_TRANSACTION
+    txn._transition(State.COMMITTING_TRANSACTION)
     assert env.ready().ready_nodes == {1}
 
 

@@ -149,7 +149,7 @@ def test_produce_too_large_record_fails_others_delivered(cluster: MockCluster, t
     rc = cli.main(["produce", "-b", cluster.bootstrap_servers, "-t", "t", "-f", str(data),
                    "-X", "max.request.size=1000", *FAST])
     assert rc == 1
-    assert "line 2: MessageTooLargeError" in capsys.readouterr().err
+    assert "line 2: delivery failed: MessageTooLargeError" in capsys.readouterr().err
     assert sorted(r.value or b"" for r in records(cluster)) == [b"small", b"small2"]
 
 

@@ -107,9 +107,14 @@ def test_a_failing_serializer_is_a_serialization_error(env: Env) -> None:
 def test_record_over_max_request_size_is_rejected_at_send(env: Env) -> None:
     p = env.producer(max_request_size=2000)
     p.partitions_for("t")
+    # as Java's doSend: the record's future and callback get the error; send() does not raise it
+    calls: List[Tuple[Any, Optional[BaseException]]] = []
+    future = p.send("t", value=b"x" * 2000, callback=lambda md, exc: calls.append((md, exc)))
+    assert future.done() and future.failed()
     with pytest.raises(MessageTooLargeError, match="max.request.size") as info:
-        p.send("t", value=b"x" * 2000)
+        future.get(0)
     assert "2000" in str(info.value)
+    assert calls == [(None, info.value)]
     assert p._accumulator.queued_batches() == 0
     p.send("t", value=b"x" * 1800).get(5)  # a record that fits still goes through
 
@@ -118,7 +123,7 @@ def test_record_over_buffer_memory_names_buffer_memory(env: Env) -> None:
     p = env.producer(buffer_memory=4096, batch_size=1024)
     p.partitions_for("t")
     with pytest.raises(MessageTooLargeError, match="buffer.memory"):
-        p.send("t", value=b"x" * 5000)
+        p.send("t", value=b"x" * 5000).get(0)
 
 
 def test_send_after_close_raises(env: Env) -> None:
@@ -257,7 +262,7 @@ def test_user_partitioner_and_explicit_partition(env: Env) -> None:
         p.send("six", value=b"v", partition=-1)
     # a partition beyond the known count may be new: like Java, wait for metadata up to max.block.ms
     with pytest.raises(KafkaTimeoutError, match="Partition 6 of topic 'six' with partition count 6"):
-        p.send("six", value=b"v", partition=6)
+        p.send("six", value=b"v", partition=6).get(0)
 
 
 def test_bad_arguments(env: Env) -> None:
@@ -275,7 +280,7 @@ def test_unknown_topic_times_out_after_max_block_ms(env: Env) -> None:
     p = env.producer(max_block_ms=200)
     start = time.monotonic()
     with pytest.raises(KafkaTimeoutError, match="not present in metadata after 200 ms"):
-        p.send("nope", value=b"v")
+        p.send("nope", value=b"v").get(0)
     assert 0.15 < time.monotonic() - start < 3
 
 
@@ -287,7 +292,7 @@ def test_send_blocks_on_full_buffer_memory_then_fails(env: Env) -> None:
     p.send("t", value=b"b" * 900, partition=1)  # both 1024-byte reservations are taken now
     start = time.monotonic()
     with pytest.raises(BufferExhaustedError, match="max.block.ms=200"):
-        p.send("t", value=b"c" * 900, partition=2)
+        p.send("t", value=b"c" * 900, partition=2).get(0)
     assert 0.15 < time.monotonic() - start < 3
     assert p.metrics()["bufferpool-wait-time-ms-total"] >= 150
 
@@ -376,7 +381,7 @@ def test_a_non_retriable_metadata_error_fails_send_at_once(env: Env) -> None:
     p = env.producer(max_block_ms=30_000)
     start = time.monotonic()
     with pytest.raises(TopicAuthorizationFailedError):
-        p.send("secret", value=b"v")
+        p.send("secret", value=b"v").get(0)
     assert time.monotonic() - start < 5  # not after max.block.ms
 
 

@@ -760,3 +760,103 @@ def test_a_broker_without_a_usable_produce_version_fails_the_records_at_once() -
     fut2 = h.send(partition=1)
     h.run_until(fut2.done)
     assert isinstance(fut2.exception(0), UnsupportedVersionError)
+
+
+# -- KIP-467: per-record errors ----------------------------------------------------------------------
+
+
+def _refuse_records(h: Harness, code: int, indexes: List[int]) -> Any:
+    """A Produce answer refusing the whole batch with ``code``, naming ``indexes`` as the bad records."""
+    def answer(req: Any) -> Any:
+        body = h.selector.produce_response(req, {tp: code for tp in req.partitions()})
+        for topic in body["responses"]:
+            for p in topic["partition_responses"]:
+                p["error_message"] = "some records are invalid"
+                p["record_errors"] = [{"batch_index": i, "batch_index_error_message": f"record {i} is bad"}
+                                      for i in indexes]
+        return body
+    return answer
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_record_errors_fail_only_the_named_records_and_retry_the_others(idempotent: bool) -> None:
+    from kproducer.errors import InvalidRecordError
+
+    h = Harness(linger_ms=5, enable_idempotence=idempotent)
+    h.boot()
+    if idempotent:  # the partition's first batch goes alone; acknowledge one first
+        first = h.send(value=b"first")
+        h.advance(5)
+        h.run_until(first.done)
+    h.selector.script(m.PRODUCE, _refuse_records(h, InvalidRecordError.code, [1, 3]))
+    seen, cb = collector()
+    futs = [h.send(value=b"r%d" % i, callback=cb) for i in range(5)]
+    h.advance(5)
+    h.run_until(lambda: all(f.done() for f in futs))
+    for i in (1, 3):
+        exc = futs[i].exception(0)
+        assert isinstance(exc, InvalidRecordError) and f"record {i} is bad" in str(exc), exc
+    good = [futs[i].get(0) for i in (0, 2, 4)]
+    assert [md.offset for md in good] == [o + (1 if idempotent else 0) for o in range(3)]
+    reqs = h.produce_requests()[1 if idempotent else 0:]
+    assert len(reqs) == 2 and reqs[1].values() == [b"r0", b"r2", b"r4"]
+    assert h.selector.log_values(("t", 0))[-3:] == [b"r0", b"r2", b"r4"]
+    if idempotent:
+        retried = reqs[1].batches()[("t", 0)]
+        assert retried.base_sequence == 1, "the kept records take the failed batch's first sequence"
+        nxt = h.send(value=b"next")
+        h.advance(5)
+        h.run_until(nxt.done)
+        assert h.produce_requests()[-1].batches()[("t", 0)].base_sequence == 4
+    assert len(seen) == 5
+    assert h.sender.metrics.records_failed == 2
+    assert h.pool.available_memory() == h.pool.total_memory
+
+
+def test_record_errors_naming_every_record_fail_the_batch() -> None:
+    from kproducer.errors import InvalidRecordError
+
+    h = Harness(linger_ms=5)
+    h.boot()
+    h.selector.script(m.PRODUCE, _refuse_records(h, InvalidRecordError.code, [0, 1]))
+    futs = [h.send(value=b"r%d" % i) for i in range(2)]
+    h.advance(5)
+    h.run_until(lambda: all(f.done() for f in futs))
+    assert all(isinstance(f.exception(0), InvalidRecordError) for f in futs)
+    assert len(h.produce_requests()) == 1
+
+
+def test_idempotent_producer_moves_later_sequences_down_after_a_refused_batch() -> None:
+    """Java's adjustSequencesDueToFailedBatch: a batch the broker refused for good leaves no gap; the batch
+    in flight behind it takes its sequence (its OUT_OF_ORDER answer is retried) and the producer id stays."""
+    from kproducer.errors import InvalidRecordError, OutOfOrderSequenceNumberError
+
+    h = Harness(enable_idempotence=True, linger_ms=5)
+    h.boot()
+    first = h.send(value=b"first")
+    h.advance(5)
+    h.run_until(first.done)
+    h.selector.script(m.PRODUCE, HOLD, HOLD)
+    a = h.send(value=b"a")
+    h.advance(5)
+    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
+    b = h.send(value=b"b")
+    h.advance(5)
+    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 2)
+    req_a, req_b = h.selector.held(m.PRODUCE)
+    assert req_b.batches()[("t", 0)].base_sequence == 2
+    h.selector.respond(req_a, InvalidRecordError.code)
+    h.run_until(a.done)
+    assert isinstance(a.exception(0), InvalidRecordError)
+    h.selector.respond(req_b, OutOfOrderSequenceNumberError.code)
+    h.run_until(lambda: b._resolve().attempts == 1)
+    h.advance(100)
+    h.run_until(b.done)
+    assert b.get(0).offset == 1
+    retry = h.produce_requests()[-1].batches()[("t", 0)]
+    assert (retry.producer_id, retry.base_sequence) == (first_pid(h), 1)
+    assert h.selector.sent(m.INIT_PRODUCER_ID) and len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1
+
+
+def first_pid(h: Harness) -> int:
+    return h.produce_requests()[0].batches()[("t", 0)].producer_id

@@ -23,12 +23,11 @@ from ..errors import (
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
 from ..network.metadata import Metadata
 from ..protocol import messages as m
-from ..protocol.errors import error_class_for_code
+from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
 from .metrics import SenderMetrics
 from .transaction_manager import (
-    NO_ERROR,
     CoordinatorType,
     Outcome,
     TransactionManager,

@@ -42,7 +42,7 @@ from ..errors import (
     error_for_code,
 )
 from ..protocol import messages as m
-from ..protocol.errors import error_class_for_code
+from ..protocol.errors import NO_ERROR, error_class_for_code
 from ..protocol.messages.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from ..protocol.schema import Api
 from .batch import ProducerBatch
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 TopicPartition = Tuple[str, int]
 Body = Dict[str, Any]
-NO_ERROR = 0
 # InitProducerId v3 (KIP-360) lets a producer bump its own epoch with its current id and epoch
 EPOCH_BUMP_INIT_PRODUCER_ID_VERSION = 3
 # a failed produce batch with one of these ends a transactional producer (Java's maybeTransitionToErrorState)

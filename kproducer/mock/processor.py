@@ -419,5 +419,6 @@ class Processor(threading.Thread):
                 pass
         self._connections.pop(conn.id, None)
         self._check_buffer.discard(conn.id)
-        conn.close()
+        # logged before the socket closes, so that whoever sees the close can also see why
         log.log(level, "broker %d: closed connection %d from %s: %s", self.broker_id, conn.id, conn.peer, reason)
+        conn.close()

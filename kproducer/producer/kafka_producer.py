@@ -26,6 +26,7 @@ from ..network.client import NetworkClient
 from ..network.metadata import Metadata, PartitionInfo
 from ..network.selector import Selector
 from ..protocol.records import RecordBatchBuilder
+from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
@@ -425,7 +426,9 @@ class Producer:
         return list(groups.items())
 
     def _wait_on_metadata(self, topic: str, partition: Optional[int], max_wait_ms: float) -> int:
-        """Block until the topic's partitions are known; return their count."""
+        """Block until the topic's partitions are known; return their count. An illegal topic name fails at
+        once (InvalidTopicError), as no broker would ever know it."""
+        check_topic_name(topic)
         md = self._metadata
         md.add_topic(topic)
         clock = self._clock

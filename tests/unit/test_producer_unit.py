@@ -414,3 +414,30 @@ def test_send_batch_checks_every_record_before_queuing_any(env: Env) -> None:
         p.send_batch("t", [b"small", b"x" * 2_000_000])
     assert env.selector.sent(m.PRODUCE) == [] and p._accumulator.queued_batches() == 0
     assert p.send_batch("t", [], partition=1).get(1) == []
+
+
+@pytest.mark.parametrize("topic", ["a b", ".", "..", "x" * 250, "tópico"])
+def test_an_illegal_topic_name_fails_at_once_not_after_max_block_ms(env: Env, topic: str) -> None:
+    from kproducer.errors import InvalidTopicError
+
+    p = env.producer(max_block_ms=600_000)  # a wait for metadata would outlast the test's timeout
+    seen: List[Result] = []
+    fut = p.send(topic, b"v", callback=lambda md, e: seen.append((md, e)))
+    assert isinstance(fut.exception(0), InvalidTopicError)  # already failed: no wait at all
+    assert "invalid topic" in str(fut.exception(0))
+    wait_for(lambda: len(seen) == 1)
+    assert seen[0][0] is None and isinstance(seen[0][1], InvalidTopicError)
+    with pytest.raises(InvalidTopicError):
+        p.partitions_for(topic)
+    with pytest.raises(InvalidTopicError):
+        p.send_batch(topic, [b"a", b"b"])
+    assert env.selector.sent(m.PRODUCE) == []
+    # the producer goes on with legal topics
+    assert p.send("t", b"ok").get(5).topic == "t"
+
+
+def test_legal_topic_names_pass_the_check() -> None:
+    from kproducer.protocol.topic import topic_name_problem
+
+    for name in ["t", "a.b_c-D9", "x" * 249, "..."]:
+        assert topic_name_problem(name) == ""

@@ -211,11 +211,7 @@ _ALIASES.update({"partitioner.class": "partitioner", "partitioner_class": "parti
 
 def _check_hostname_value(v: Any) -> Any:
     """kafka-python's ssl_check_hostname (a bool) as ssl.endpoint.identification.algorithm."""
-    if isinstance(v, bool):
-        return "https" if v else ""
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return "https" if v.strip().lower() == "true" else ""
-    raise ConfigError(f"ssl_check_hostname must be true or false, got {v!r}")
+    return "https" if _parse_bool("ssl_check_hostname", v) else ""
 
 
 #: other projects' names of the same settings (librdkafka, kafka-python); each also with underscores,

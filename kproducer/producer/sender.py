@@ -80,6 +80,7 @@ class Sender(threading.Thread):
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
         self.fatal_error: Optional[BaseException] = None
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
+        self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
         #: how many times queued batches were failed because a broker refused our credentials, and why
         self.authentication_failures = 0
         self.last_authentication_error: Optional[KafkaError] = None
@@ -236,7 +237,11 @@ class Sender(threading.Thread):
     def _handle_transactional_response(self, txn: TransactionManager, handler: TxnRequestHandler,
                                        resp: ClientResponse) -> None:
         txn.set_in_flight(None)
-        retry_at = resp.received_ms + self.retry_backoff_ms
+        if handler.api is m.INIT_PRODUCER_ID:
+            # KIP-580: retry.backoff.ms doubling per attempt up to retry.backoff.max.ms, with jitter
+            retry_at = resp.received_ms + self.accumulator.retry_backoff.backoff(handler.attempts - 1)
+        else:
+            retry_at = resp.received_ms + self.retry_backoff_ms
         if resp.disconnected or resp.body is None:
             log.debug("%s: no answer (%s); retrying", handler.name,
                       "timed out" if resp.timed_out else "disconnected")
@@ -309,17 +314,19 @@ class Sender(threading.Thread):
             txn.init_in_flight = False
             if resp.body is None:
                 log.debug("InitProducerId to node %s failed (disconnected); retrying", node)
-                self._init_retry_at = resp.received_ms + self.retry_backoff_ms
+                self._init_retry_at = resp.received_ms + self._init_producer_id_backoff()
                 return
             err = resp.body["error_code"]
             if err != NO_ERROR:
                 exc = error_for_code(err)
                 if exc.retriable or isinstance(exc, UnknownServerError):
-                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, self.retry_backoff_ms)
-                    self._init_retry_at = resp.received_ms + self.retry_backoff_ms
+                    backoff = self._init_producer_id_backoff()
+                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, backoff)
+                    self._init_retry_at = resp.received_ms + backoff
                     return
                 self._fail_idempotence(exc)
                 return
+            self._init_failures = 0
             txn.set_producer_id(resp.body["producer_id"], resp.body["producer_epoch"])
             self.wakeup()
 
@@ -329,6 +336,13 @@ class Sender(threading.Thread):
                          now)
         self.client.poll(self.request_timeout_ms, now)
         return True
+
+    def _init_producer_id_backoff(self) -> float:
+        """The wait before the next InitProducerId after one more failure (KIP-580): retry.backoff.ms
+        doubling per consecutive failure up to retry.backoff.max.ms, +/-20 %; a success starts again."""
+        backoff = self.accumulator.retry_backoff.backoff(self._init_failures)
+        self._init_failures += 1
+        return backoff
 
     def _fail_idempotence(self, exc: BaseException) -> None:
         log.error("cannot get a producer id: %s", exc)

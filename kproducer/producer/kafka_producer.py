@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
@@ -18,6 +19,7 @@ from ..errors import (
     KafkaTimeoutError,
     MessageTooLargeError,
     ProducerClosedError,
+    ProducerForkedError,
     SerializationError,
     TransactionAbortedError,
     TransactionError,
@@ -33,6 +35,7 @@ from .buffer_pool import BufferPool
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .partitioner import StickyPartitioner, murmur2
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
+from . import lifecycle
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -161,8 +164,14 @@ class Producer:
         self._system_clock = type(clk) is Clock
         self._wakeup = selector.wakeup
         self._closed = False
+        self._forked = False  # True in a child process that inherited this producer through fork()
+        self._pid = os.getpid()
         self._close_lock = threading.Lock()
         self._sender.start()
+        # (the network thread references no Producer: dropped without close(), this object is collected,
+        # the finalizer warns and the thread delivers what is queued; see lifecycle.py)
+        self._finalizer = lifecycle.register(self, self._sender,
+                                             lifecycle.exit_flush_seconds(cfg.delivery_timeout_ms))
         log.info("kproducer %s started (client.id=%s, bootstrap=%s, acks=%s, idempotence=%s)", __version__,
                  self.client_id, ",".join(f"{h}:{p}" for h, p in cfg.bootstrap_servers), cfg.acks,
                  cfg.enable_idempotence)
@@ -290,7 +299,7 @@ class Producer:
 
     def _raise_unusable(self) -> None:
         if self._closed:
-            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+            self._raise_closed("send()")
         assert self._sender.fatal_error is not None
         raise self._sender.fatal_error
 
@@ -312,7 +321,7 @@ class Producer:
         before any is queued: a bad one raises and nothing is sent. Returns a :class:`BatchSendFuture`.
         """
         if self._closed:
-            raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+            self._raise_closed("send_batch()")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
         if not isinstance(topic, str) or not topic:
@@ -469,6 +478,8 @@ class Producer:
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed. ``timeout`` in seconds;
         KafkaTimeoutError when it passes first."""
+        if self._forked:
+            self._raise_closed("flush()")
         if threading.current_thread() is self._sender:
             raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
         acc = self._accumulator
@@ -492,11 +503,19 @@ class Producer:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued (waiting up to ``timeout`` seconds, forever when None), then stop. Records
-        still unsent after the timeout fail with ProducerClosedError."""
+        still unsent after the timeout fail with ProducerClosedError.
+
+        In a child process that inherited this producer through fork(), close() only drops the child's
+        copy: nothing is sent (the connections belong to the parent) and nothing is raised."""
+        if self._forked:
+            log.debug("close() of %s in a forked child: dropping the inherited producer", self.client_id)
+            return
         with self._close_lock:
             if self._closed and not self._sender.is_alive():
                 return
             self._closed = True
+        self._finalizer.detach()
+        lifecycle.closing(self._sender)
         if threading.current_thread() is self._sender:
             log.warning("close() called from a producer callback: closing without waiting")
             self._sender.force_stop()
@@ -518,12 +537,22 @@ class Producer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self) -> None:  # a forgotten producer must not keep a thread alive forever
-        try:
-            if not self._closed:
-                self._sender.force_stop()
-        except Exception:
-            pass
+    # -- fork (see lifecycle.py) -----------------------------------------------------------------
+
+    def _mark_forked(self) -> None:
+        """Called in a child process right after fork(): this producer belongs to the parent. Takes no lock
+        (one may have been held by another parent thread at the fork)."""
+        self._forked = True
+        self._closed = True  # (send() checks only this on its hot path, then finds _forked)
+        self._finalizer.detach()
+
+    def _raise_closed(self, call: str) -> None:
+        if self._forked:
+            raise ProducerForkedError(
+                f"{call} on a producer inherited through fork() (created in process {self._pid}, this is "
+                f"process {os.getpid()}): a producer cannot be used across fork(); create a new Producer "
+                "in the child process")
+        raise ProducerClosedError(f"{call} called after close(): the producer no longer accepts records")
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -582,19 +611,25 @@ class Producer:
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 
-    def _check_open(self) -> None:
+    def _check_open(self, call: str = "a transactional call") -> None:
         if self._closed:
+            if self._forked:
+                self._raise_closed(call)
             raise ProducerClosedError("the producer is closed")
 
     # -- introspection ---------------------------------------------------------------------------
 
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[PartitionInfo]:
         """The topic's partitions (waiting up to max.block.ms, or ``timeout`` seconds, for metadata)."""
+        if self._forked:
+            self._raise_closed("partitions_for()")
         wait_ms = self._max_block_ms if timeout is None else timeout * 1000.0
         self._wait_on_metadata(topic, None, wait_ms)
         return list(self._metadata.cluster.partitions.get(topic, ()))
 
     def metrics(self) -> Dict[str, Union[int, float]]:
+        if self._forked:
+            self._raise_closed("metrics()")
         out: Dict[str, Union[int, float]] = dict(self._sender.metrics.snapshot())
         out["buffer-total-bytes"] = self._pool.total_memory
         out["buffer-available-bytes"] = self._pool.available_memory()
@@ -609,7 +644,8 @@ class Producer:
         return ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
 
     def __repr__(self) -> str:
-        return f"<Producer {self.client_id} {self.bootstrap_servers}{' closed' if self._closed else ''}>"
+        state = " forked" if self._forked else " closed" if self._closed else ""
+        return f"<Producer {self.client_id} {self.bootstrap_servers}{state}>"
 
 
 __all__ = ["HeaderInput", "Producer"]

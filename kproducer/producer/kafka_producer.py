@@ -7,7 +7,7 @@ import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -546,7 +546,7 @@ class Producer:
         self._closed = True  # (send() checks only this on its hot path, then finds _forked)
         self._finalizer.detach()
 
-    def _raise_closed(self, call: str) -> None:
+    def _raise_closed(self, call: str) -> NoReturn:
         if self._forked:
             raise ProducerForkedError(
                 f"{call} on a producer inherited through fork() (created in process {self._pid}, this is "

@@ -52,7 +52,7 @@ class _Open:
         self.producer = producer
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # (reentrant: a finalizer or __del__ may close a producer while it is held)
 # every producer made in this process whose object still exists (for the fork hook)
 _producers: "weakref.WeakSet[Producer]" = weakref.WeakSet()
 # producers not closed, by network thread. Weak keys: a running thread is referenced by threading itself,
@@ -85,10 +85,6 @@ def closing(sender: "Sender") -> None:
 def _collected_while_open(sender: "Sender", client_id: str) -> None:
     """The Producer object was garbage-collected while open: warn, and let its network thread deliver what
     is queued and end (it stays in ``_open`` so that interpreter exit bounds the wait)."""
-    warnings.warn(f"{UNCLOSED_WARNING} (client.id={client_id}); its queued records are still being sent",
-                  ResourceWarning, stacklevel=2)
-    log.info("producer %s was dropped without close(): delivering its queued records, then stopping its "
-             "network thread", client_id)
     if threading.current_thread() is sender:
         # collected by the cyclic GC on the network thread itself, which may hold the accumulator's lock:
         # only clear the flag (queued batches still go out as they become ready)
@@ -96,6 +92,11 @@ def _collected_while_open(sender: "Sender", client_id: str) -> None:
         sender.wakeup()
     else:
         sender.initiate_close()
+    log.info("producer %s was dropped without close(): delivering its queued records, then stopping its "
+             "network thread", client_id)
+    # last: with -W error::ResourceWarning this raises (and is printed as "Exception ignored in")
+    warnings.warn(f"{UNCLOSED_WARNING} (client.id={client_id}); its queued records are still being sent",
+                  ResourceWarning, stacklevel=2)
 
 
 def _close_at_exit() -> None:
@@ -141,7 +142,7 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()  # (the parent's is held by the forking thread; the child starts afresh)
+    _lock = threading.RLock()  # (the parent's is held by the forking thread; the child starts afresh)
     _open.clear()  # the parent's network threads do not exist here: nothing to flush at exit
     for producer in list(_producers):
         try:

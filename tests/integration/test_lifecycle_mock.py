@@ -200,7 +200,8 @@ def test_a_dropped_producer_delivers_its_queued_records_and_warns(cluster: MockC
     assert p.metrics()["queued-batches"] == 2
     thread = p._sender
     ref = weakref.ref(p)
-    with pytest.warns(ResourceWarning, match="Producer was not closed; call close\\(\\) or use it as a context manager"):
+    with pytest.warns(ResourceWarning,
+                      match="Producer was not closed; call close\\(\\) or use it as a context manager"):
         del p
         gc.collect()
     assert ref() is None  # nothing kept the Producer alive (its network thread holds no reference to it)

@@ -5,6 +5,7 @@ InitProducerId retries (KIP-580), on the scripted transport and a FakeClock.
 tests/integration/test_lifecycle_mock.py.)"""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List
 
 import pytest
@@ -110,3 +111,22 @@ def test_transactional_init_producer_id_backoff_doubles_up_to_the_maximum() -> N
     sent = h.selector.sent(m.INIT_PRODUCER_ID)
     assert len(sent) == 6
     assert gaps(sent) == [100, 200, 400, 500, 500]
+
+
+# -- a Producer collected while open ---------------------------------------------------------------
+
+class _StubSender:
+    def __init__(self) -> None:
+        self.close_calls = 0
+
+    def initiate_close(self) -> None:
+        self.close_calls += 1
+
+
+def test_a_collected_producer_is_closed_even_when_its_warning_is_turned_into_an_error() -> None:
+    sender = _StubSender()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        with pytest.raises(ResourceWarning, match="Producer was not closed; call close"):
+            lifecycle._collected_while_open(sender, "client-1")  # type: ignore[arg-type]
+    assert sender.close_calls == 1  # the network thread was told to drain and stop before the warning

@@ -96,7 +96,7 @@ def _collected_while_open(sender: "Sender", client_id: str) -> None:
              "network thread", client_id)
     # last: with -W error::ResourceWarning this raises (and is printed as "Exception ignored in")
     warnings.warn(f"{UNCLOSED_WARNING} (client.id={client_id}); its queued records are still being sent",
-                  ResourceWarning, stacklevel=2)
+                  ResourceWarning, stacklevel=1)
 
 
 def _close_at_exit() -> None:

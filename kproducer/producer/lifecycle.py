@@ -41,13 +41,13 @@ UNCLOSED_WARNING = "Producer was not closed; call close() or use it as a context
 
 
 class _Open:
-    """A producer that was not closed: its network thread, its exit flush bound, and a weak reference to
-    the public Producer (None once that was collected)."""
+    """A producer that was not closed: its exit flush bound and a weak reference to the public Producer
+    (dead once that was collected). It must not reference the network thread, its key in ``_open``: a
+    value that holds its weak key keeps it alive for ever."""
 
-    __slots__ = ("sender", "exit_flush_s", "producer")
+    __slots__ = ("exit_flush_s", "producer")
 
-    def __init__(self, sender: "Sender", exit_flush_s: float, producer: "weakref.ref[Producer]") -> None:
-        self.sender = sender
+    def __init__(self, exit_flush_s: float, producer: "weakref.ref[Producer]") -> None:
         self.exit_flush_s = exit_flush_s
         self.producer = producer
 
@@ -70,7 +70,7 @@ def register(producer: "Producer", sender: "Sender", exit_flush_s: float) -> "we
     Producer is collected without close() (``detach()`` it in close())."""
     with _lock:
         _producers.add(producer)
-        _open[sender] = _Open(sender, exit_flush_s, weakref.ref(producer))
+        _open[sender] = _Open(exit_flush_s, weakref.ref(producer))
     finalizer = weakref.finalize(producer, _collected_while_open, sender, producer.client_id)
     finalizer.atexit = False  # interpreter exit is handled by _close_at_exit (bounded flush)
     return finalizer
@@ -102,30 +102,30 @@ def _collected_while_open(sender: "Sender", client_id: str) -> None:
 def _close_at_exit() -> None:
     """Interpreter exit: give every producer still open a bounded time to deliver, all at once, then close."""
     with _lock:
-        pending: List[Tuple[_Open, Optional["Producer"]]] = [(o, o.producer()) for o in _open.values()
-                                                              if o.sender.is_alive()]
+        pending: List[Tuple["Sender", float, Optional["Producer"]]] = [
+            (sender, o.exit_flush_s, o.producer()) for sender, o in _open.items() if sender.is_alive()]
         _open.clear()
     if not pending:
         return
     log.info("interpreter exit: %d producer(s) were not closed; flushing them for up to %.0f s",
-             len(pending), max(o.exit_flush_s for o, _ in pending))
+             len(pending), max(bound for _, bound, _ in pending))
     start = time.monotonic()
-    for entry, producer in pending:  # everyone stops accepting records and starts draining now
+    for sender, _, producer in pending:  # everyone stops accepting records and starts draining now
         if producer is not None:
             producer._closed = True  # (not through close(): that waits, one producer after the other)
-        entry.sender.initiate_close()
-    for entry, producer in pending:
-        remaining = max(0.0, entry.exit_flush_s - (time.monotonic() - start))
+        sender.initiate_close()
+    for sender, bound, producer in pending:
+        remaining = max(0.0, bound - (time.monotonic() - start))
         try:
             if producer is not None:
                 producer.close(remaining)  # (joins the thread, then force-stops it when time is up)
             else:
-                entry.sender.join(remaining)
-                if entry.sender.is_alive():
+                sender.join(remaining)
+                if sender.is_alive():
                     log.warning("interpreter exit: a dropped producer's records were not all delivered within "
-                                "%.0f s; failing the rest", entry.exit_flush_s)
-                    entry.sender.force_stop()
-                    entry.sender.join(_STOP_WAIT_S)
+                                "%.0f s; failing the rest", bound)
+                    sender.force_stop()
+                    sender.join(_STOP_WAIT_S)
         except Exception:  # one producer must not keep the others from closing
             log.warning("interpreter exit: closing a producer failed", exc_info=True)
 

@@ -209,6 +209,10 @@ def test_a_dropped_producer_delivers_its_queued_records_and_warns(cluster: MockC
         f.get(WAIT)  # delivered, none failed
     thread.join(WAIT)
     assert not thread.is_alive()  # and then the thread ended
+    thread_ref = weakref.ref(thread)
+    del thread
+    gc.collect()
+    assert thread_ref() is None  # nothing is left behind (the exit registry forgets the ended thread)
     assert values(cluster, 0) == [b"first"] + [b"v%d" % i for i in range(0, 200, 2)]
     assert values(cluster, 1) == [b"v%d" % i for i in range(1, 200, 2)]
 
@@ -217,11 +221,13 @@ def test_a_closed_producer_does_not_warn_when_dropped(cluster: MockCluster) -> N
     p = Producer(bootstrap_servers=cluster.bootstrap_servers)
     with p:
         p.send(TOPIC, b"x", partition=0).get(WAIT)
+    refs = [weakref.ref(p), weakref.ref(p._sender)]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         del p
         gc.collect()
     assert [w for w in seen if issubclass(w.category, ResourceWarning) and "Producer" in str(w.message)] == []
+    assert [r() for r in refs] == [None, None]  # the lifecycle registry kept nothing
 
 
 # -- interpreter exit ------------------------------------------------------------------------------

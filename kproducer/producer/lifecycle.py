@@ -71,7 +71,7 @@ def register(producer: "Producer", sender: "Sender", exit_flush_s: float) -> "we
     with _lock:
         _producers.add(producer)
         _open[sender] = _Open(exit_flush_s, weakref.ref(producer))
-    finalizer = weakref.finalize(producer, _collected_while_open, sender, producer.client_id)
+    finalizer = weakref.finalize(producer, _collected_while_open, sender, producer.client_id, os.getpid())
     finalizer.atexit = False  # interpreter exit is handled by _close_at_exit (bounded flush)
     return finalizer
 
@@ -82,9 +82,11 @@ def closing(sender: "Sender") -> None:
         _open.pop(sender, None)
 
 
-def _collected_while_open(sender: "Sender", client_id: str) -> None:
+def _collected_while_open(sender: "Sender", client_id: str, pid: int) -> None:
     """The Producer object was garbage-collected while open: warn, and let its network thread deliver what
     is queued and end (it stays in ``_open`` so that interpreter exit bounds the wait)."""
+    if os.getpid() != pid:
+        return  # a forked child's copy (the fork hook detaches these; this covers a fork during register())
     if threading.current_thread() is sender:
         # collected by the cyclic GC on the network thread itself, which may hold the accumulator's lock:
         # only clear the flag (queued batches still go out as they become ready)

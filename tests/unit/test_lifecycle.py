@@ -5,6 +5,7 @@ InitProducerId retries (KIP-580), on the scripted transport and a FakeClock.
 tests/integration/test_lifecycle_mock.py.)"""
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Dict, List
 
@@ -128,5 +129,13 @@ def test_a_collected_producer_is_closed_even_when_its_warning_is_turned_into_an_
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)
         with pytest.raises(ResourceWarning, match="Producer was not closed; call close"):
-            lifecycle._collected_while_open(sender, "client-1")  # type: ignore[arg-type]
+            lifecycle._collected_while_open(sender, "client-1", os.getpid())  # type: ignore[arg-type]
     assert sender.close_calls == 1  # the network thread was told to drain and stop before the warning
+
+
+def test_a_producer_collected_in_a_forked_child_is_left_alone() -> None:
+    sender = _StubSender()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        lifecycle._collected_while_open(sender, "client-1", os.getpid() + 1)  # type: ignore[arg-type]
+    assert sender.close_calls == 0  # (the parent's thread is not ours to stop, and no warning)

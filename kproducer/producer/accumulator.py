@@ -186,7 +186,7 @@ class RecordAccumulator:
                     builder = last.builder
                     first_delta = builder.record_count
                     pos = builder.extend(timestamp, keys, values, headers, indices, pos)
-                    if pos < total and last.sizing is not None and last.grow():
+                    while pos < total and last.sizing is not None and last.grow():
                         pos = builder.extend(timestamp, keys, values, headers, indices, pos)
                     if pos < total:
                         last.close_for_appends()
@@ -400,8 +400,20 @@ class RecordAccumulator:
         batch.hand_over(mapping)
         with self._lock:
             dq = self._batches.setdefault(batch.tp, deque())
-            for part in reversed(parts):
-                dq.appendleft(part)
+            if batch.has_sequence() and self.txn is not None:
+                # the parts take the big batch's place in sequence order (they get its sequences next): with
+                # several batches in flight, a later batch may have been split and queued first
+                i = 0
+                for i, other in enumerate(dq):
+                    if not other.has_sequence() or other.base_sequence > batch.base_sequence:
+                        break
+                else:
+                    i = len(dq)
+                for j, part in enumerate(parts):
+                    dq.insert(i + j, part)
+            else:
+                for part in reversed(parts):
+                    dq.appendleft(part)
         return len(parts)
 
     def split_out_failed_records(self, batch: ProducerBatch, failed: Dict[int, BaseException],

@@ -115,9 +115,9 @@ class RecordAccumulator:
                         return _tuple_new(AppendResult, (fut, len(dq) > 1, False))  # type: ignore[no-any-return]
                     if last.sizing is not None and last.grow():
                         # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
-                        fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
-                        if fut is not None:
-                            return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
+                        grown = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                        if grown is not None:
+                            return AppendResult(grown, len(dq) > 1 or last.is_full(), False)
                     last.close_for_appends()
             self._appends_in_progress += 1
         finally:

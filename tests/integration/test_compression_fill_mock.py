@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Iterator, List
+from typing import Any, Iterator, List
 
 import pytest
 from readback import consume, fetch_batches
@@ -41,7 +41,7 @@ def require(codec_name: str) -> None:
 
 
 def stored_batches(cluster: MockCluster, topic: str) -> List[RecordBatch]:
-    batches, _ = fetch_batches(cluster.bootstrap_servers, topic, 0)
+    batches: List[RecordBatch] = fetch_batches(cluster.bootstrap_servers, topic, 0)[0]
     return batches
 
 
@@ -56,6 +56,7 @@ def test_compressed_batches_fill_to_batch_size(codec_name: str, mode: str, no_in
         producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "compression.type": codec_name,
                              "batch.size": BATCH_SIZE, "linger.ms": 60_000})
         try:
+            futures: List[Any]
             if mode == "send":
                 futures = [producer.send("fill", v) for v in values]
             else:

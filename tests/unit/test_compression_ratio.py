@@ -90,11 +90,11 @@ def test_a_batch_sent_before_it_was_full_only_lowers_the_estimate() -> None:
 def test_samples_count_only_until_a_full_batch_was_observed() -> None:
     est = CompressionRatioEstimator()
     est.sample("t", GZIP, 0.25)
-    assert (est.estimate("t", GZIP), est.state("t", GZIP)) == (pytest.approx(0.25), SAMPLED)
+    assert (est.estimate("t", GZIP), est.state("t", GZIP)) == pytest.approx((0.25, SAMPLED))
     est.sample("t", GZIP, 0.2)  # a later, larger sample replaces it
     assert est.estimate("t", GZIP) == pytest.approx(0.2)
     est.observe("t", GZIP, 0.18)  # the first full batch replaces a sample too
-    assert (est.estimate("t", GZIP), est.state("t", GZIP)) == (pytest.approx(0.18), OBSERVED)
+    assert (est.estimate("t", GZIP), est.state("t", GZIP)) == pytest.approx((0.18, OBSERVED))
     est.sample("t", GZIP, 0.5)
     assert est.estimate("t", GZIP) == pytest.approx(0.18)
 
@@ -104,8 +104,8 @@ def test_per_topic_and_codec_reset_and_bad_input() -> None:
     est.observe("a", GZIP, 0.2)
     est.observe("a", CODEC_ZSTD, 0.3)
     est.observe("b", GZIP, 0.4)
-    assert (est.estimate("a", GZIP), est.estimate("a", CODEC_ZSTD), est.estimate("b", GZIP)) == (
-        pytest.approx(0.2), pytest.approx(0.3), pytest.approx(0.4))
+    assert (est.estimate("a", GZIP), est.estimate("a", CODEC_ZSTD), est.estimate("b", GZIP)) == pytest.approx(
+        (0.2, 0.3, 0.4))
     for bad in (0.0, -1.0, math.nan):
         assert est.observe("a", GZIP, bad) == pytest.approx(0.2)
     est.set("a", GZIP, 1e-9)

@@ -11,7 +11,7 @@ Java client (``CompressionRatioEstimator``, ``MemoryRecordsBuilder.estimatedByte
 * when the broker refuses a batch as too large (MESSAGE_TOO_LARGE) and it is split, the estimate goes back to
   ``max(1.0, that batch's ratio)``.
 
-Two deliberate differences (see docs/batching.md for the measurements behind them):
+Deliberate differences (see docs/batching.md for the measurements behind them):
 
 * Improving: Java lowers the estimate by a constant 0.005 per batch, so going from 1.0 to a typical 0.2 (gzip on
   JSON) takes ~160 batches, all under-filled. Here each batch closes a quarter of the gap (at least 0.005):
@@ -20,6 +20,11 @@ Two deliberate differences (see docs/batching.md for the measurements behind the
   estimated: at a ratio of 0.2 that is 25% too pessimistic, and batches come out ~75% full for the next ten
   batches. Here the estimate becomes the observed ratio (never lower than it, as in Java), and the 5% margin
   absorbs the batch-to-batch noise. With both, batches stay within 10% of batch.size (measured: 93-96%).
+* Only full batches (closed because the estimate said batch.size) may raise the estimate; a batch sent earlier
+  (linger.ms, flush) compresses worse because it is smaller, and may only lower it.
+* Cold start: the first full batch's ratio replaces the initial 1.0, and before it, batches that fill up measure
+  their own ratio (:meth:`CompressionRatioEstimator.sample`, :class:`BatchSizing`), so that a burst queued
+  before anything was sent fills too.
 
 The estimator is per producer (Java's is one static map per JVM), thread-safe, and never goes below
 :data:`MIN_RATIO`.

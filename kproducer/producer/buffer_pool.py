@@ -88,6 +88,17 @@ class BufferPool:
                 if self._waiters and self._available > 0:
                     self._waiters[0].cond.notify()
 
+    def try_allocate(self, size: int) -> bool:
+        """Reserve ``size`` bytes only if that needs no waiting (free now, and nobody is waiting first);
+        never blocks. Used to grow a compressed batch beyond batch.size while its records are appended."""
+        if size <= 0:
+            return True
+        with self._lock:
+            if self._closed or self._waiters or self._available < size:
+                return False
+            self._take(size)
+            return True
+
     def _take(self, size: int) -> None:
         self._available -= size
         if size == self.poolable_size and self._free_blocks:

@@ -124,6 +124,7 @@ class Producer:
         self._accumulator = RecordAccumulator(
             cfg.batch_size, cfg.linger_ms, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms,
             cfg.delivery_timeout_ms, self._pool, cfg.compression_type, cfg.compression_level, clk, self._txn,
+            max_request_size=cfg.max_request_size,
         )
         security = channel_security(cfg)
         selector = Selector(max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes,
@@ -148,7 +149,7 @@ class Producer:
             transaction_manager=self._txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clk,
             name=f"kproducer-network-thread | {self.client_id}",
         )
-        self._sticky = StickyPartitioner(cfg.batch_size)
+        self._sticky = StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit)
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._partitioner = cfg.partitioner
@@ -267,10 +268,11 @@ class Producer:
                                               self._max_block_ms if waited is None else waited, now)
             if sticky is not None:
                 sticky[1] += size
-                if sticky[1] >= self._batch_size:
+                if sticky[1] >= sticky[2]:  # a batch's worth (compressed batches hold more: partitioner.py)
                     sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
                                                             sticky[0])
                     sticky[1] = 0
+                    sticky[2] = self._sticky.limit(topic)
             if result[2]:
                 # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
                 # the sender on every append while a partition has more than one batch; here each wakeup can

@@ -784,7 +784,9 @@ class ProducerConfig:
             raw = given.get(s.java, s.default)
             if s.java == "bootstrap.servers" and raw is None:
                 raise ConfigError("bootstrap.servers is required, e.g. Producer(bootstrap_servers='127.0.0.1:9092')")
-            setattr(self, s.alias, None if raw is None and s.kind != "endpoint" else _convert(s, raw))
+            # (kafka-python passes compression_type=None for "none")
+            keep_none = raw is None and s.kind not in ("endpoint", "compression")
+            setattr(self, s.alias, None if keep_none else _convert(s, raw))
         #: the resolved SASL login (mechanism and credentials) for SASL_PLAINTEXT / SASL_SSL, else None
         self.sasl_login: Optional[SaslLogin] = None
         self._check_relations()

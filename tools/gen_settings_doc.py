@@ -52,6 +52,9 @@ _KINDS: Dict[str, str] = {
     "provider": "callable or object with token()",
     "mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
     "extensions": "'key=value,...' or mapping",
+    "serializer": "callable, object with serialize(), 'str', 'json', 'bytes' or class name",
+    "partitioner": "callable, object with partition() or class name",
+    "interceptors": "list of interceptors or class names",
 }
 
 

@@ -98,6 +98,23 @@ class Sensor:
         self.total += value
         self.count += 1
 
+    def record_many(self, total: float, count: int, largest: float, now: float) -> None:
+        """``count`` values summing to ``total``, the largest ``largest``, all at ``now``: the same as
+        recording each of them (samples only depend on the time), in one step."""
+        samples = self._samples
+        if not samples:
+            samples.append([now, now, 0, 0.0, _NEG_INF])
+        s = samples[self._current]
+        if now - s[0] >= self._config.window_ms:
+            s = self._advance(now)
+        s[1] = now
+        s[2] += count
+        s[3] += total
+        if largest > s[4]:
+            s[4] = largest
+        self.total += total
+        self.count += count
+
     def _advance(self, now: float) -> List[float]:
         samples = self._samples
         self._current = (self._current + 1) % (self._config.samples + 1)
@@ -336,25 +353,58 @@ class ProducerMetrics:
     def record_produce_request(self, node: int, batches: Iterable["ProducerBatch"]) -> None:
         """A produce request to ``node`` carrying ``batches`` was sent (their records are built): per batch
         its size, compression ratio, queue time and the topic's records and bytes; per request the record
-        count (Java's Sender.updateProduceRequestMetrics)."""
+        count (Java's Sender.updateProduceRequestMetrics). All happen at one time, so each sensor takes the
+        request's batches in one step (the same samples as one record() per batch)."""
         now = self.clock.monotonic_ms()
         records = 0
         count = 0
+        size_sum = 0
+        size_max = 0
+        ratio_sum = 0.0
+        ratio_max = _NEG_INF
+        queue_sum = 0.0
+        queue_max = _NEG_INF
+        # topic -> [records, bytes, ratio sum, ratio max, batches]
+        per_topic: Dict[str, List[float]] = {}
+        for b in batches:
+            n = b.record_count
+            size = b.estimated_size()
+            raw = b.builder.estimated_size()
+            ratio = size / raw if raw > 0 else 1.0
+            queued = b.drained_ms - b.created_ms
+            if queued < 0.0:
+                queued = 0.0
+            records += n
+            count += 1
+            size_sum += size
+            if size > size_max:
+                size_max = size
+            ratio_sum += ratio
+            if ratio > ratio_max:
+                ratio_max = ratio
+            queue_sum += queued
+            if queued > queue_max:
+                queue_max = queued
+            t = per_topic.get(b.topic)
+            if t is None:
+                per_topic[b.topic] = [n, size, ratio, ratio, 1]
+            else:
+                t[0] += n
+                t[1] += size
+                t[2] += ratio
+                if ratio > t[3]:
+                    t[3] = ratio
+                t[4] += 1
         with self._lock:
-            for b in batches:
-                n = b.record_count
-                size = b.estimated_size()
-                raw = b.builder.estimated_size()
-                ratio = size / raw if raw > 0 else 1.0
-                t = self._topic(b.topic)
-                t.records.record(n, now)
-                t.bytes.record(size, now)
-                t.compression.record(ratio, now)
-                self._batch_size.record(size, now)
-                self._compression.record(ratio, now)
-                self._queue_time.record(max(0.0, b.drained_ms - b.created_ms), now)
-                records += n
-                count += 1
+            if count:
+                self._batch_size.record_many(size_sum, count, size_max, now)
+                self._compression.record_many(ratio_sum, count, ratio_max, now)
+                self._queue_time.record_many(queue_sum, count, queue_max, now)
+                for topic, (n_records, n_bytes, r_sum, r_max, n_batches) in per_topic.items():
+                    ts = self._topic(topic)
+                    ts.records.record_many(n_records, int(n_batches), n_records, now)
+                    ts.bytes.record_many(n_bytes, int(n_batches), n_bytes, now)
+                    ts.compression.record_many(r_sum, int(n_batches), r_max, now)
             self._records_per_request.record(records, now)
             self._node(node).requests.record(1, now)
             self.requests += 1

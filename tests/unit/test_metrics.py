@@ -105,6 +105,19 @@ def test_sensor_keeps_the_overlapping_sample() -> None:
     assert s.total == 31.0 and s.count == 5
 
 
+def test_record_many_at_one_time_is_recording_each() -> None:
+    one, many = Sensor(MetricConfig(2, 1000.0)), Sensor(MetricConfig(2, 1000.0))
+    for t, values in ((0.0, [3, 9, 1]), (700.0, [4]), (1500.0, [2, 8]), (3100.0, [5, 6])):
+        for v in values:
+            one.record(v, t)
+        many.record_many(sum(values), len(values), max(values), t)
+        for now in (t, t + 400.0, t + 1999.0):
+            assert (one.rate(now), one.count_rate(now), one.total, one.count) == \
+                (many.rate(now), many.count_rate(now), many.total, many.count)
+            assert one.avg(now) == many.avg(now) or (math.isnan(one.avg(now)) and math.isnan(many.avg(now)))
+            assert one.max(now) == many.max(now) or (math.isnan(one.max(now)) and math.isnan(many.max(now)))
+
+
 def test_settings_choose_samples_and_window() -> None:
     s = Sensor(MetricConfig(3, 500.0))
     s.record(6, 100.0)

@@ -36,6 +36,7 @@ from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_futu
 from .partitioner import StickyPartitioner, murmur2
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from . import lifecycle
+from .metrics import Metric, ProducerMetrics
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -148,6 +149,9 @@ class Producer:
             guarantee_message_order=cfg.max_in_flight_requests_per_connection == 1,
             transaction_manager=self._txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clk,
             name=f"kproducer-network-thread | {self.client_id}",
+            metrics=ProducerMetrics(clk, samples=cfg.metrics_num_samples, window_ms=cfg.metrics_sample_window_ms,
+                                    stats_cb=cfg.stats_cb, stats_interval_ms=cfg.statistics_interval_ms,
+                                    client_id=self.client_id),
         )
         self._sticky = StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit)
         self._key_serializer = cfg.key_serializer
@@ -293,7 +297,7 @@ class Producer:
         txn = self._txn
         if txn is not None and txn.is_transactional:
             txn.maybe_transition_to_error_state(error)
-        self._sender.metrics.record_error(1)
+        self._sender.metrics.record_errors(None, 1)
         timestamp = timestamp_ms if type(timestamp_ms) is int else self._wall_ms()
         return failed_future(topic, partition if type(partition) is int else None, timestamp,
                              len(key) if isinstance(key, bytes) else -1, len(value) if isinstance(value, bytes) else -1,
@@ -630,16 +634,19 @@ class Producer:
         return list(self._metadata.cluster.partitions.get(topic, ()))
 
     def metrics(self) -> Dict[str, Union[int, float]]:
+        """Every metric, measured now, by name: Java's producer-metrics by their bare names
+        (``record-send-rate``, ``request-latency-avg``, ...), per-topic ones as ``record-send-rate{topic=orders}``
+        and per-node ones as ``request-latency-avg{node-id=node-1}``. Rates are per second and, with averages
+        and maxima, cover the last metrics.num.samples x metrics.sample.window.ms (NaN when nothing was
+        recorded there); ``-total`` metrics count from the start. See docs/metrics.md."""
         if self._forked:
             self._raise_closed("metrics()")
-        out: Dict[str, Union[int, float]] = dict(self._sender.metrics.snapshot())
-        out["buffer-total-bytes"] = self._pool.total_memory
-        out["buffer-available-bytes"] = self._pool.available_memory()
-        out["bufferpool-wait-time-ms-total"] = self._pool.wait_time_ms_total
-        out["waiting-threads"] = self._pool.queued()
-        out["queued-batches"] = self._accumulator.queued_batches()
-        out["requests-in-flight"] = self._client.in_flight_count()
-        return out
+        return self._sender.metrics.snapshot()
+
+    def metric_list(self) -> List[Metric]:
+        """Every metric, measured now, as :class:`~kproducer.producer.metrics.Metric` (name, group, tags,
+        description, value): what monitoring bridges such as kproducer.metrics_prometheus read."""
+        return self._sender.metrics.metric_list()
 
     @property
     def bootstrap_servers(self) -> str:

@@ -26,7 +26,7 @@ from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
-from .metrics import SenderMetrics
+from .metrics import ProducerMetrics
 from .transaction_manager import (
     CoordinatorType,
     Outcome,
@@ -57,7 +57,7 @@ class Sender(threading.Thread):
         request_timeout_ms: float,
         guarantee_message_order: bool = False,
         transaction_manager: Optional[TransactionManager] = None,
-        metrics: Optional[SenderMetrics] = None,
+        metrics: Optional[ProducerMetrics] = None,
         retry_backoff_ms: float = 100,
         clock: Clock = SYSTEM_CLOCK,
         name: str = "kproducer-network-thread",
@@ -72,7 +72,8 @@ class Sender(threading.Thread):
         self.request_timeout_ms = request_timeout_ms
         self.guarantee_message_order = guarantee_message_order
         self.txn = transaction_manager
-        self.metrics = metrics or SenderMetrics()
+        self.metrics = metrics or ProducerMetrics(clock)
+        self.metrics.watch(client, accumulator, metadata)
         self.retry_backoff_ms = retry_backoff_ms
         self.clock = clock
         self.running = True
@@ -146,6 +147,7 @@ class Sender(threading.Thread):
 
     def run_once(self) -> None:
         self._fail_batches_on_authentication_failure()
+        report_in = self.metrics.maybe_report(self.clock.monotonic_ms())  # statistics.interval.ms
         txn = self.txn
         if txn is not None:
             if self._maybe_handle_producer_id():
@@ -154,7 +156,7 @@ class Sender(threading.Thread):
                 return
         now = self.clock.monotonic_ms()
         timeout = self.send_producer_data(now)
-        self.client.poll(timeout, now)
+        self.client.poll(min(timeout, report_in), now)
 
     def _maybe_handle_producer_id(self) -> bool:
         """Idempotence/transactions housekeeping before producing. True when this iteration was spent
@@ -444,7 +446,7 @@ class Sender(threading.Thread):
         req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
                             now, self.request_timeout_ms, expect_response=self.acks != 0)
         self.client.send(req, now)
-        self.metrics.record_request(len(batches), sum(b.record_count for b in batches))
+        self.metrics.record_produce_request(node, batches)
 
     def _handle_produce_response(self, resp: ClientResponse, batches: Dict[TopicPartition, ProducerBatch]) -> None:
         now = resp.received_ms
@@ -459,7 +461,8 @@ class Sender(threading.Thread):
             for b in batches.values():
                 self._complete_batch(b, NO_ERROR, -1, -1, -1, None, now)
             return
-        self.metrics.record_latency(resp.latency_ms)
+        self.metrics.record_produce_response(resp.request.node_id, resp.latency_ms,
+                                             resp.body.get("throttle_time_ms") or 0)
         seen = set()
         for topic in resp.body["responses"]:
             name = topic["name"]
@@ -503,11 +506,11 @@ class Sender(threading.Thread):
         log.warning("produce to %s-%s: the broker refused %d of %d record(s) (%s); retrying the others",
                     batch.topic, batch.partition, len(failed), batch.record_count, next(iter(failed.values())))
         kept = self.accumulator.split_out_failed_records(batch, failed, now)
-        self.metrics.record_error(len(failed))
+        self.metrics.record_errors(batch.topic, len(failed))
         if self.txn is not None:
             self.txn.handle_record_errors(batch, kept, len(failed), next(iter(failed.values())),
                                           self.accumulator.queued_batches_list())
-        self.metrics.retries += 1
+        self.metrics.record_retries(batch.topic, batch.record_count - len(failed))
         return True
 
     def _can_retry_records(self, batch: ProducerBatch, now: float) -> bool:
@@ -529,7 +532,7 @@ class Sender(threading.Thread):
                 parts = [p for p, _d in (batch.split_into or [])]
                 unique = list({id(p): p for p in parts}.values())
                 txn.add_split_batches(batch, unique)
-            self.metrics.splits += parts_count - 1
+            self.metrics.record_split(parts_count - 1)
             return
         if error != NO_ERROR and error != DuplicateSequenceNumberError.code:
             exc = error_for_code(error, message)
@@ -538,7 +541,7 @@ class Sender(threading.Thread):
                             batch.topic, batch.partition, exc.name, batch.attempts + 1)
                 self._remove_in_flight(batch)
                 self.accumulator.reenqueue(batch, now)
-                self.metrics.retries += 1
+                self.metrics.record_retries(batch.topic, batch.record_count)
             else:
                 # a timeout or a lost connection leaves unknown whether the broker wrote the batch
                 self._fail_batch(batch, exc, isinstance(exc, (RequestTimedOutError, NetworkError)),
@@ -586,6 +589,6 @@ class Sender(threading.Thread):
             queued = self.accumulator.queued_batches_list() if not unknown else []
             self.txn.handle_failed_batch(batch, exc, unknown, queued)
         if batch.done(-1, -1, exc):
-            self.metrics.record_error(batch.record_count)
+            self.metrics.record_errors(batch.topic, batch.record_count)
             log.debug("failed %d record(s) for %s-%s: %s", batch.record_count, batch.topic, batch.partition, exc)
         self.accumulator.deallocate(batch)

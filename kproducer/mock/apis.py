@@ -247,9 +247,15 @@ class KafkaApis:
         return NO_ERROR, p
 
     def leader_info(self, p: Optional[PartitionState]) -> Body:
+        """KIP-951's leader hint: the partition's leader and epoch (-1, -1 when unknown or not alive)."""
         if p is None:
             return {"leader_id": -1, "leader_epoch": -1}
-        return {"leader_id": p.leader, "leader_epoch": p.leader_epoch}
+        with self.state.lock:
+            leader, epoch = p.leader, p.leader_epoch
+            broker = self.state.brokers.get(leader)
+            if broker is None or not broker.alive:
+                return {"leader_id": -1, "leader_epoch": -1}
+        return {"leader_id": leader, "leader_epoch": epoch}
 
     def node_endpoints(self, broker_ids: List[int]) -> List[Body]:
         out = []

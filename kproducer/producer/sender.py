@@ -8,10 +8,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     DuplicateSequenceNumberError,
+    FencedLeaderEpochError,
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
     NetworkError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
     RequestTimedOutError,
@@ -21,7 +23,7 @@ from ..errors import (
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
-from ..network.metadata import Metadata
+from ..network.metadata import Metadata, Node
 from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
@@ -40,6 +42,8 @@ TopicPartition = Tuple[str, int]
 
 # what a produce response's error code means comes from its error class (kproducer.protocol.errors)
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError)
+# errors whose partition response may name the current leader (KIP-951, Produce v10+)
+_LEADER_HINT_ERRORS = (NotLeaderOrFollowerError.code, FencedLeaderEpochError.code)
 
 
 class Sender(threading.Thread):
@@ -447,6 +451,7 @@ class Sender(threading.Thread):
             return
         self.metrics.record_latency(resp.latency_ms)
         seen = set()
+        hints: Dict[TopicPartition, Tuple[int, int]] = {}
         for topic in resp.body["responses"]:
             name = topic["name"]
             for p in topic["partition_responses"]:
@@ -457,6 +462,10 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 b = found
+                if p["error_code"] in _LEADER_HINT_ERRORS:
+                    hint = p.get("current_leader")
+                    if hint and hint["leader_id"] >= 0 and hint["leader_epoch"] >= 0:
+                        hints[tp] = (hint["leader_id"], hint["leader_epoch"])
                 msg = p.get("error_message")
                 record_errors = p.get("record_errors")
                 if record_errors and p["error_code"] != NO_ERROR and self._fail_invalid_records(
@@ -468,6 +477,23 @@ class Sender(threading.Thread):
             if tp not in seen:
                 self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                      "the broker's produce response left this partition out", now)
+        if hints:
+            self._apply_leader_hints(hints, resp.body.get("node_endpoints") or [], batches)
+
+    def _apply_leader_hints(self, hints: Dict[TopicPartition, Tuple[int, int]],
+                            endpoints: List[Dict[str, Any]], batches: Dict[TopicPartition, ProducerBatch]) -> None:
+        """KIP-951 (Java's Sender.handleProduceResponse -> Metadata.updatePartitionLeadership): the broker
+        named the partitions' new leaders; use them at once, without waiting for a metadata refresh (one
+        is still requested, as in Java). A batch re-queued for a partition whose leader changed is retried
+        without the retry backoff (Java's ProducerBatch.hasLeaderChangedForTheOngoingRetry)."""
+        nodes = [Node(e["node_id"], e["host"], e["port"], e.get("rack")) for e in endpoints]
+        updated = self.metadata.update_partition_leadership(hints, nodes)
+        for tp in updated:
+            b = batches[tp]
+            log.debug("%s-%s: leader moved to broker %s (epoch %s, from the produce response); retrying there",
+                      tp[0], tp[1], hints[tp][0], hints[tp][1])
+            if not b.is_done() and not b.in_flight:
+                b.retry_backoff_ms = 0.0
 
     def _fail_invalid_records(self, batch: ProducerBatch, code: int, message: Optional[str],
                               record_errors: List[Dict[str, Any]], now: float) -> bool:

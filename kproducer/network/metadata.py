@@ -259,6 +259,7 @@ class Metadata:
             self.last_refresh_ms = now_ms
             self._last_response_ms = now_ms
             self.attempts = 0
+            self._fatal = None  # a broker answered: an earlier fatal refresh error is no longer current
             self._backoff_ms = self.refresh_backoff.backoff(0)
             if not partial:
                 self.last_successful_refresh_ms = now_ms

@@ -20,6 +20,7 @@ from ..errors import (
     TransactionAbortedError,
     UnknownProducerIdError,
     UnknownServerError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
@@ -228,12 +229,19 @@ class Sender(threading.Thread):
         if key is not None and key.type is CoordinatorType.TRANSACTION and client.supports(node, m.INIT_PRODUCER_ID):
             # KIP-360: can the transaction coordinator bump our epoch (InitProducerId v3+)?
             txn.note_init_producer_id_version(client.api_version(node, m.INIT_PRODUCER_ID))
+        try:
+            version = client.api_version(node, handler.api)
+        except UnsupportedVersionError as e:
+            # an older broker without this API (or a version of it we speak): fatal, as in Java
+            log.error("%s cannot be sent to node %s: %s", handler.name, node, e)
+            txn.fail_request(handler, e)
+            return True
         txn.set_in_flight(handler)
         handler.attempts += 1
         log.debug("sending %s to node %s (attempt %d)", handler.name, node, handler.attempts)
         client.send(ClientRequest(node, handler.api, handler.build(),
                                   lambda resp: self._handle_transactional_response(txn, handler, resp), now,
-                                  self.request_timeout_ms), now)
+                                  self.request_timeout_ms, version=version), now)
         client.poll(self.request_timeout_ms, now)
         return True
 
@@ -303,9 +311,13 @@ class Sender(threading.Thread):
         if node is None or not self.client.ready(node, now):
             self.client.poll(self.retry_backoff_ms if node is None else 50, now)
             return True
-        if not self.client.supports(node, m.INIT_PRODUCER_ID):
-            self._fail_idempotence(KafkaError(
-                f"broker {node} does not support InitProducerId; set enable.idempotence=false"))
+        try:
+            self.client.api_version(node, m.INIT_PRODUCER_ID)
+        except UnsupportedVersionError as e:
+            # an older broker: the idempotent producer cannot work with it, waiting will not change that
+            self._fail_idempotence(UnsupportedVersionError(
+                f"the idempotent producer needs a producer id, but {e}; set enable.idempotence=false "
+                "to produce to this broker"))
             return True
         txn.init_in_flight = True
 

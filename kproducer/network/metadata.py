@@ -404,10 +404,11 @@ class Metadata:
 
     def await_update(self, last_version: int, timeout_ms: float, auth_failures: Optional[int] = None) -> bool:
         """Block until the version moves past ``last_version`` (or, when ``auth_failures`` is given, an
-        authentication failure happens after that count); False on timeout."""
+        authentication failure happens after that count, or a refresh failed for good: see
+        :meth:`topic_exception`); False on timeout."""
         deadline = self.clock.monotonic_ms() + timeout_ms
         with self._lock:
-            while self.version <= last_version and not self.closed and \
+            while self.version <= last_version and not self.closed and self._fatal is None and \
                     (auth_failures is None or self.auth_failures <= auth_failures):
                 remaining = deadline - self.clock.monotonic_ms()
                 if remaining <= 0:

@@ -490,21 +490,25 @@ class Sender(threading.Thread):
                 self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                      "the broker's produce response left this partition out", now)
         if hints:
-            self._apply_leader_hints(hints, resp.body.get("node_endpoints") or [], batches)
+            self._apply_leader_hints(resp.request.node_id, hints, resp.body.get("node_endpoints") or [], batches)
 
-    def _apply_leader_hints(self, hints: Dict[TopicPartition, Tuple[int, int]],
+    def _apply_leader_hints(self, node: int, hints: Dict[TopicPartition, Tuple[int, int]],
                             endpoints: List[Dict[str, Any]], batches: Dict[TopicPartition, ProducerBatch]) -> None:
         """KIP-951 (Java's Sender.handleProduceResponse -> Metadata.updatePartitionLeadership): the broker
         named the partitions' new leaders; use them at once, without waiting for a metadata refresh (one
-        is still requested, as in Java). A batch re-queued for a partition whose leader changed is retried
-        without the retry backoff (Java's ProducerBatch.hasLeaderChangedForTheOngoingRetry)."""
+        is still requested, as in Java). A batch re-queued for a partition whose leader is now another
+        broker than the one it was sent to is retried without the retry backoff (Java's
+        ProducerBatch.hasLeaderChangedForTheOngoingRetry)."""
         nodes = [Node(e["node_id"], e["host"], e["port"], e.get("rack")) for e in endpoints]
         updated = self.metadata.update_partition_leadership(hints, nodes)
-        for tp in updated:
+        leaders = self.metadata.cluster.leaders
+        for tp, (leader, epoch) in hints.items():
+            if tp in updated:
+                log.debug("%s-%s: leader moved to broker %s (epoch %s, from the produce response); retrying "
+                          "there", tp[0], tp[1], leader, epoch)
             b = batches[tp]
-            log.debug("%s-%s: leader moved to broker %s (epoch %s, from the produce response); retrying there",
-                      tp[0], tp[1], hints[tp][0], hints[tp][1])
-            if not b.is_done() and not b.in_flight:
+            # (also when an earlier response of the same move updated the leader already)
+            if leader != node and leaders.get(tp) == leader and not b.is_done() and not b.in_flight:
                 b.retry_backoff_ms = 0.0
 
     def _fail_invalid_records(self, batch: ProducerBatch, code: int, message: Optional[str],

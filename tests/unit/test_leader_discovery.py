@@ -70,6 +70,30 @@ def test_a_leader_hint_reroutes_the_retry_with_no_metadata_response_in_between(i
     assert h.metadata.update_requested() or later
 
 
+def test_every_batch_refused_by_the_old_leader_skips_the_backoff() -> None:
+    """Two batches of one partition in flight to the old leader: the first answer moves the partition,
+    the second carries the same (no longer newer) hint; both retries go to the new leader at once."""
+    h = booted(enable_idempotence=True, max_in_flight_requests_per_connection=5)
+    warm = h.send(value=b"warm")  # (a partition's first idempotent batch goes alone)
+    h.run_until(warm.done)
+    h.selector.script(m.METADATA, *([HOLD] * 5))
+    h.selector.script(m.PRODUCE, HOLD, HOLD)
+    first = h.send(value=b"a")
+    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
+    second = h.send(value=b"b")
+    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 2)
+    h.selector.topics["t"] = [2]
+    for req in h.selector.held(m.PRODUCE):
+        h.selector.respond(req, hinted(h, leader=2, epoch=1))
+    start = h.now
+    h.run_until(lambda: first.done() and second.done())
+    assert h.now == start
+    retries = h.produce_requests()[3:]
+    assert retries and all(r.broker_id == 2 for r in retries)
+    assert h.selector.log_values(("t", 0)) == [b"warm", b"a", b"b"]
+    assert [first.get(0).offset, second.get(0).offset] == [1, 2]
+
+
 def test_fenced_leader_epoch_with_a_hint_is_followed_too() -> None:
     h = booted()
     h.selector.topics["t"] = [2]

@@ -10,6 +10,7 @@ responses (``corrupt_responses``), and KIP-951 leader hints when leaders move (i
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
@@ -130,6 +131,24 @@ def test_an_api_versions_answer_that_parses_as_nothing_is_asked_again_with_v0() 
     asked = [v for api, v in log if api == "api_versions"]
     assert asked == [3, 0] * (len(asked) // 2)
     assert {v for api, v in log if api == "produce"} == {7}
+
+
+def test_the_mock_cli_plays_an_older_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    from kproducer.mock import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--brokers", "1", "--api-version", "Produce=7", "--api-version", "metadata=1-8",
+                              "--api-version", "InitProducerId=none"])
+    cluster = cli.build_cluster(args)
+    served = cluster.served_versions
+    assert served[m.PRODUCE.key] == (3, 7) and served[m.METADATA.key] == (1, 8)
+    assert m.INIT_PRODUCER_ID.key not in served
+    for bad in (["--api-version", "Produce"], ["--api-version", "Produce=x"], ["--api-version", "Produce=99"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(bad)
+        assert info.value.code == 2
+        assert "--api-version" in capsys.readouterr().err
 
 
 # -- fail fast when the broker lacks what kproducer needs -------------------------------------------

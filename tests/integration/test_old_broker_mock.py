@@ -190,6 +190,23 @@ def test_no_init_producer_id_fails_the_idempotent_producer_at_once() -> None:
         produce_and_read_back(cluster, count=10, enable_idempotence=False)
 
 
+@pytest.mark.parametrize("missing", ["InitProducerId", "AddPartitionsToTxn"])
+def test_a_transactional_api_the_broker_lacks_fails_the_transaction_at_once(missing: str) -> None:
+    with MockCluster(1, api_versions={missing: None}) as cluster:
+        cluster.create_topic(TOPIC, 1)
+        producer = producer_for(cluster, transactional_id="old-broker-txn", max_block_ms=120_000,
+                                transaction_timeout_ms=60_000)
+        try:
+            with pytest.raises(UnsupportedVersionError, match=missing):
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send(TOPIC, b"v")
+                producer.commit_transaction()
+        finally:
+            producer.close(10)
+        assert cluster.records(TOPIC, 0) == []
+
+
 def test_metadata_versions_kproducer_cannot_speak_fail_send_at_once() -> None:
     with MockCluster(1, api_versions={"Metadata": (0, 0)}) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)

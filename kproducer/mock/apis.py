@@ -272,7 +272,6 @@ class KafkaApis:
             return {
                 "error_code": UnsupportedVersionError.code,
                 "api_keys": [{"api_key": API_VERSIONS.key, "min_version": lo, "max_version": hi}],
-                "throttle_time_ms": 0,
             }
         injected = self.faults.take_error("api_versions")
         return {

@@ -384,7 +384,10 @@ class Sender(threading.Thread):
             try:
                 self._send_produce_request(node, live, now)
             except Exception as e:  # e.g. the broker supports no usable Produce version
-                log.exception("could not send a produce request to node %s", node)
+                if isinstance(e, UnsupportedVersionError):  # an older broker: expected, no traceback
+                    log.error("cannot send a produce request to node %s: %s", node, e)
+                else:
+                    log.exception("could not send a produce request to node %s", node)
                 for b in live:
                     if isinstance(e, KafkaError) and not e.retriable:
                         self._fail_batch(b, e, False)  # e.g. UnsupportedVersionError: retrying cannot help

@@ -138,6 +138,65 @@ def test_an_api_versions_answer_that_parses_as_nothing_is_asked_again_with_v0() 
     assert {v for api, v in log if api == "produce"} == {7}
 
 
+def _metadata_body() -> Dict[str, Any]:
+    return {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False}
+
+
+def test_the_old_broker_mode_on_the_wire() -> None:
+    """What a client sees, request by request: ApiVersions above v2 gets UNSUPPORTED_VERSION as v0 with
+    the ApiVersions range and the connection stays; v2 lists the limited ranges; a Metadata or Produce
+    version above the served max closes the connection (Kafka's SocketServer: "... which is not
+    enabled"); an advertised version the mock has no codec for closes it too."""
+    from kproducer.mock.wire_client import WireClient
+
+    with MockCluster(1, api_versions={**OLD, "Metadata": (0, 8)}) as cluster:
+        cluster.create_topic(TOPIC, 1)
+        address = cluster.broker_address(1)
+        with WireClient(*address) as c:
+            c.send(m.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+            frame = c.read_frame()
+            answer = m.API_VERSIONS.decode_response(0, frame, 4)
+            assert answer["error_code"] == UnsupportedVersionError.code
+            assert answer["api_keys"] == [{"api_key": m.API_VERSIONS.key, "min_version": 0, "max_version": 2}]
+            body = c.request(m.API_VERSIONS, 2, {})
+            got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+            assert got == cluster.served_versions
+            assert got[m.PRODUCE.key] == (3, 7) and got[m.METADATA.key] == (0, 8)
+            assert c.request(m.METADATA, 8, _metadata_body())["topics"][0]["name"] == TOPIC
+        with WireClient(*address) as c:
+            c.send(m.METADATA, 9, _metadata_body())
+            assert c.is_closed_by_peer()
+        with WireClient(*address) as c:
+            c.send(m.PRODUCE, 8, {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": []})
+            assert c.is_closed_by_peer()
+        with WireClient(*address) as c:  # Metadata v0 is advertised, but the mock cannot decode it
+            c.send_raw(b"\x00\x00\x00\x0e" + b"\x00\x03\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+            assert c.is_closed_by_peer()
+
+
+@pytest.mark.parametrize("kind", ["garbled", "oversized"])
+def test_corrupt_responses_on_the_wire(kind: str) -> None:
+    from kproducer.mock.wire_client import WireClient
+
+    with MockCluster(1) as cluster:
+        cluster.create_topic(TOPIC, 1)
+        cluster.corrupt_responses("metadata", kind)
+        with WireClient(*cluster.broker_address(1)) as c:
+            cid = c.send(m.METADATA, 12, _metadata_body())
+            size = int.from_bytes(c._read_exact(4), "big")
+            if kind == "oversized":
+                assert size == 2**31 - 1
+                assert int.from_bytes(c._read_exact(4), "big") == cid
+            else:
+                frame = c._read_exact(size)
+                assert int.from_bytes(frame[:4], "big") == cid
+                for version in (1, 8, 12):
+                    with pytest.raises(Exception):
+                        m.decode_response(m.METADATA, version, frame)
+        with WireClient(*cluster.broker_address(1)) as c:  # one corruption only: the next answer is normal
+            assert c.request(m.METADATA, 12, _metadata_body())["topics"][0]["name"] == TOPIC
+
+
 def test_the_mock_cli_plays_an_older_broker(capsys: pytest.CaptureFixture[str]) -> None:
     from kproducer.mock import cli
 

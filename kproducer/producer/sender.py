@@ -316,7 +316,7 @@ class Sender(threading.Thread):
         except UnsupportedVersionError as e:
             # an older broker: the idempotent producer cannot work with it, waiting will not change that
             self._fail_idempotence(UnsupportedVersionError(
-                f"the idempotent producer needs a producer id, but {e}; set enable.idempotence=false "
+                f"the idempotent producer needs a producer id, but {e.message}; set enable.idempotence=false "
                 "to produce to this broker"))
             return True
         txn.init_in_flight = True

@@ -103,6 +103,34 @@ def test_every_api_at_the_highest_common_version(produce_max: int, idempotent: b
         assert "init_producer_id" not in used
 
 
+def test_transactions_use_each_api_at_the_highest_common_version() -> None:
+    """An older broker's transaction APIs (FindCoordinator before batching, InitProducerId before KIP-360,
+    ...): each request at the broker's max, and a committed transaction with offsets is read back."""
+    old_txn = {**OLD, "FindCoordinator": 2, "InitProducerId": 1, "AddPartitionsToTxn": 1, "EndTxn": 1,
+               "AddOffsetsToTxn": 1, "TxnOffsetCommit": 2}
+    with MockCluster(2, api_versions=old_txn) as cluster:
+        cluster.create_topic(TOPIC, PARTITIONS)
+        producer = producer_for(cluster, transactional_id="old-txn")
+        values = [b"txn-%d" % i for i in range(20)]
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            for v in values:
+                producer.send(TOPIC, v)
+            producer.send_offsets_to_transaction({(TOPIC, 0): 5}, "old-group")
+            producer.commit_transaction()
+        finally:
+            producer.close(10)
+        used = versions_used(cluster)
+        got = consume(cluster.bootstrap_servers, TOPIC, range(PARTITIONS), len(values),
+                      isolation_level="read_committed")
+        assert cluster.committed_offsets("old-group") == {(TOPIC, 0): 5}
+    assert sorted(r.value for r in got) == sorted(values)
+    expected = {"produce": 7, "metadata": 8, "find_coordinator": 2, "init_producer_id": 1,
+                "add_partitions_to_txn": 1, "end_txn": 1, "add_offsets_to_txn": 1, "txn_offset_commit": 2}
+    assert {api: used[api] for api in expected} == {api: {v} for api, v in expected.items()}
+
+
 def test_served_versions_are_what_api_versions_advertises() -> None:
     with MockCluster(1, api_versions={**OLD, "InitProducerId": None, "Fetch": (4, 11)}) as cluster:
         served = cluster.served_versions

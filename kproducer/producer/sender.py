@@ -8,20 +8,23 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     DuplicateSequenceNumberError,
+    FencedLeaderEpochError,
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
     NetworkError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
     RequestTimedOutError,
     TransactionAbortedError,
     UnknownProducerIdError,
     UnknownServerError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
-from ..network.metadata import Metadata
+from ..network.metadata import Metadata, Node
 from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
@@ -40,6 +43,8 @@ TopicPartition = Tuple[str, int]
 
 # what a produce response's error code means comes from its error class (kproducer.protocol.errors)
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError)
+# errors whose partition response may name the current leader (KIP-951, Produce v10+)
+_LEADER_HINT_ERRORS = (NotLeaderOrFollowerError.code, FencedLeaderEpochError.code)
 
 
 class Sender(threading.Thread):
@@ -227,12 +232,19 @@ class Sender(threading.Thread):
         if key is not None and key.type is CoordinatorType.TRANSACTION and client.supports(node, m.INIT_PRODUCER_ID):
             # KIP-360: can the transaction coordinator bump our epoch (InitProducerId v3+)?
             txn.note_init_producer_id_version(client.api_version(node, m.INIT_PRODUCER_ID))
+        try:
+            version = client.api_version(node, handler.api)
+        except UnsupportedVersionError as e:
+            # an older broker without this API (or a version of it we speak): fatal, as in Java
+            log.error("%s cannot be sent to node %s: %s", handler.name, node, e)
+            txn.fail_request(handler, e)
+            return True
         txn.set_in_flight(handler)
         handler.attempts += 1
         log.debug("sending %s to node %s (attempt %d)", handler.name, node, handler.attempts)
         client.send(ClientRequest(node, handler.api, handler.build(),
                                   lambda resp: self._handle_transactional_response(txn, handler, resp), now,
-                                  self.request_timeout_ms), now)
+                                  self.request_timeout_ms, version=version), now)
         client.poll(self.request_timeout_ms, now)
         return True
 
@@ -306,9 +318,13 @@ class Sender(threading.Thread):
         if node is None or not self.client.ready(node, now):
             self.client.poll(self.retry_backoff_ms if node is None else 50, now)
             return True
-        if not self.client.supports(node, m.INIT_PRODUCER_ID):
-            self._fail_idempotence(KafkaError(
-                f"broker {node} does not support InitProducerId; set enable.idempotence=false"))
+        try:
+            self.client.api_version(node, m.INIT_PRODUCER_ID)
+        except UnsupportedVersionError as e:
+            # an older broker: the idempotent producer cannot work with it, waiting will not change that
+            self._fail_idempotence(UnsupportedVersionError(
+                f"the idempotent producer needs a producer id, but {e.message}; set enable.idempotence=false "
+                "to produce to this broker"))
             return True
         txn.init_in_flight = True
 
@@ -384,7 +400,10 @@ class Sender(threading.Thread):
             try:
                 self._send_produce_request(node, live, now)
             except Exception as e:  # e.g. the broker supports no usable Produce version
-                log.exception("could not send a produce request to node %s", node)
+                if isinstance(e, UnsupportedVersionError):  # an older broker: expected, no traceback
+                    log.error("cannot send a produce request to node %s: %s", node, e)
+                else:
+                    log.exception("could not send a produce request to node %s", node)
                 for b in live:
                     if isinstance(e, KafkaError) and not e.retriable:
                         self._fail_batch(b, e, False)  # e.g. UnsupportedVersionError: retrying cannot help
@@ -464,6 +483,7 @@ class Sender(threading.Thread):
         self.metrics.record_produce_response(resp.request.node_id, resp.latency_ms,
                                              resp.body.get("throttle_time_ms") or 0)
         seen = set()
+        hints: Dict[TopicPartition, Tuple[int, int]] = {}
         for topic in resp.body["responses"]:
             name = topic["name"]
             for p in topic["partition_responses"]:
@@ -474,6 +494,10 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 b = found
+                if p["error_code"] in _LEADER_HINT_ERRORS:
+                    hint = p.get("current_leader")
+                    if hint and hint["leader_id"] >= 0 and hint["leader_epoch"] >= 0:
+                        hints[tp] = (hint["leader_id"], hint["leader_epoch"])
                 msg = p.get("error_message")
                 record_errors = p.get("record_errors")
                 if record_errors and p["error_code"] != NO_ERROR and self._fail_invalid_records(
@@ -485,6 +509,27 @@ class Sender(threading.Thread):
             if tp not in seen:
                 self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                      "the broker's produce response left this partition out", now)
+        if hints:
+            self._apply_leader_hints(resp.request.node_id, hints, resp.body.get("node_endpoints") or [], batches)
+
+    def _apply_leader_hints(self, node: int, hints: Dict[TopicPartition, Tuple[int, int]],
+                            endpoints: List[Dict[str, Any]], batches: Dict[TopicPartition, ProducerBatch]) -> None:
+        """KIP-951 (Java's Sender.handleProduceResponse -> Metadata.updatePartitionLeadership): the broker
+        named the partitions' new leaders; use them at once, without waiting for a metadata refresh (one
+        is still requested, as in Java). A batch re-queued for a partition whose leader is now another
+        broker than the one it was sent to is retried without the retry backoff (Java's
+        ProducerBatch.hasLeaderChangedForTheOngoingRetry)."""
+        nodes = [Node(e["node_id"], e["host"], e["port"], e.get("rack")) for e in endpoints]
+        updated = self.metadata.update_partition_leadership(hints, nodes)
+        leaders = self.metadata.cluster.leaders
+        for tp, (leader, epoch) in hints.items():
+            if tp in updated:
+                log.debug("%s-%s: leader moved to broker %s (epoch %s, from the produce response); retrying "
+                          "there", tp[0], tp[1], leader, epoch)
+            b = batches[tp]
+            # (also when an earlier response of the same move updated the leader already)
+            if leader != node and leaders.get(tp) == leader and not b.is_done() and not b.in_flight:
+                b.retry_backoff_ms = 0.0
 
     def _fail_invalid_records(self, batch: ProducerBatch, code: int, message: Optional[str],
                               record_errors: List[Dict[str, Any]], now: float) -> bool:

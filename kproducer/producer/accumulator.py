@@ -119,11 +119,11 @@ class RecordAccumulator:
         finally:
             lock.release()
         segments: List[Segment] = []
-        new, full, fut = self._append(tp, timestamp, None if key is None else (key,), (value,),
-                                      None if headers is None else (headers,), _ONE, max_block_ms, now_ms, segments,
-                                      True, callback)
-        assert fut is not None
-        return AppendResult(fut, full, new)
+        new, full, made = self._append(tp, timestamp, None if key is None else (key,), (value,),
+                                       None if headers is None else (headers,), _ONE, max_block_ms, now_ms, segments,
+                                       True, callback)
+        assert made is not None
+        return AppendResult(made, full, new)
 
     def append_many(self, topic: str, partition: int, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
                     values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],

@@ -38,8 +38,8 @@ MAX_REQUEST = 4000
 
 class Env:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.selector = ScriptedSelector(SYSTEM_CLOCK, BROKERS, {"t": [1, 1, 1], "secret": [1]},
-                                         real_wait=True)  # type: ignore[arg-type]
+        self.selector = ScriptedSelector(SYSTEM_CLOCK, BROKERS, {"t": [1, 1, 1], "secret": [1]},  # type: ignore[arg-type]
+                                         real_wait=True)
         default = self.selector.handlers[m.METADATA.key]
 
         def metadata(req: Any) -> Any:
@@ -53,14 +53,14 @@ class Env:
         monkeypatch.setattr(kafka_producer, "Selector", lambda *a, **k: self.selector)
         self.producers: List[Producer] = []
 
-    def producer(self, block_ms: float = 30_000, **settings: Any) -> Producer:
+    def producer(self, block_ms: int = 30_000, **settings: Any) -> Producer:
         settings.setdefault("bootstrap_servers", "broker1:9092")
         settings.setdefault("linger_ms", 60_000)  # nothing leaves unless a test flushes
         settings.setdefault("max_request_size", MAX_REQUEST)
         p = Producer(**settings)
         self.producers.append(p)
         p.partitions_for("t", timeout=5)
-        p._max_block_ms = block_ms  # metadata is known now: a case that expects a wait to time out makes it short
+        p._max_block_ms = int(block_ms)  # metadata is known now: a case that expects a wait to time out makes it short
         return p
 
 
@@ -80,7 +80,7 @@ class _Case:
     """One invalid record: the producer's settings, the record (send()'s arguments), the expected error."""
 
     def __init__(self, name: str, error: Type[BaseException], settings: Optional[Dict[str, Any]] = None,
-                 closed: bool = False, block_ms: float = 30_000, **record: Any) -> None:
+                 closed: bool = False, block_ms: int = 30_000, **record: Any) -> None:
         self.block_ms = block_ms
         self.name = name
         self.error = error

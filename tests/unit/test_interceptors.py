@@ -59,7 +59,8 @@ class Recorder:
 
     def on_send(self, record: ProducerRecord) -> ProducerRecord:
         self.sent.append(record)
-        headers = list(record.headers or []) + [("via", self.tag.encode())]
+        headers: List[Tuple[str, Optional[bytes]]] = list(record.headers or []) + [  # type: ignore[arg-type,assignment]
+            ("via", self.tag.encode())]
         value = record.value + self.tag if isinstance(record.value, str) else record.value
         return record._replace(value=value, headers=headers)
 
@@ -159,7 +160,7 @@ def test_interceptor_classes_by_name_and_close() -> None:
     with pytest.raises(ConfigError, match="neither on_send"):
         ProducerConfig(bootstrap_servers="h:1", interceptors=[object()])
     with pytest.raises(ConfigError, match="could not be imported"):
-        ProducerConfig(bootstrap_servers="h:1", **{"interceptor.classes": "nowhere.Interceptor"})
+        ProducerConfig({"bootstrap.servers": "h:1", "interceptor.classes": "nowhere.Interceptor"})
 
 
 def test_no_interceptor_no_cost_path() -> None:

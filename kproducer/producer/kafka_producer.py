@@ -193,11 +193,11 @@ class Producer:
                 part = sticky[0]
             if adm.txn is not None:
                 adm.txn.check_can_send((topic, part))
-            if interceptors is not None:
-                callback = interceptors.callback(callback, topic, part)
             # (time spent above only counts against max.block.ms when metadata had to be fetched)
-            result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
-                                              self._max_block_ms if waited is None else waited, now)
+            result = self._accumulator.append(
+                topic, part, timestamp, key, value, headers,
+                callback if interceptors is None else interceptors.callback(callback, topic, part),
+                self._max_block_ms if waited is None else waited, now)
             if sticky is not None:
                 sticky[1] += size
                 if sticky[1] >= adm.batch_size:
@@ -213,9 +213,15 @@ class Producer:
         except FUTURE_ERRORS as e:
             # Java's doSend: an ApiException fails this record's future and callback (and makes an open
             # transaction abortable) instead of being thrown; programming errors still raise
-            if interceptors is not None:
-                callback = interceptors.callback(callback, topic, partition if type(partition) is int else -1)
-            return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+            if interceptors is None:
+                return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+            failed_part = partition if type(partition) is int else -1
+            try:  # the interceptors hear of it through the callback, or here when it is raised after all
+                return self._send_failed(e, topic, partition, timestamp_ms, key, value,
+                                         interceptors.callback(callback, topic, failed_part))
+            except Exception as raised:
+                interceptors.on_acknowledgement(failure_metadata(topic, failed_part), raised)
+                raise
         except Exception as e:
             if interceptors is not None:  # Java's onSendError: the interceptors hear of it too
                 interceptors.on_acknowledgement(

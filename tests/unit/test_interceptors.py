@@ -207,3 +207,21 @@ def test_javas_default_partitioner_names_mean_the_default() -> None:
         assert ProducerConfig(bootstrap_servers="h:1", partitioner_class=name).partitioner is None
     with pytest.raises(ConfigError, match="partitioner must be"):
         ProducerConfig(bootstrap_servers="h:1", partitioner=42)
+
+
+def test_a_record_failing_for_buffer_memory_is_acknowledged_once(env: Env) -> None:
+    from kproducer.errors import BufferExhaustedError
+    from scripted import HOLD
+
+    env.selector.handlers[m.PRODUCE.key] = lambda req: HOLD  # nothing is ever acknowledged
+    rec = Recorder()
+    p = env.producer(interceptors=[rec], buffer_memory=2048, batch_size=1024, max_block_ms=30_000)
+    p.partitions_for("t", timeout=5)
+    p._max_block_ms = 50  # metadata is known: only the wait for memory is left, keep it short
+    p.send("t", b"a" * 900, partition=0)
+    p.send("t", b"b" * 900, partition=1)  # both 1024-byte reservations are taken now
+    seen: List[Ack] = []
+    fut = p.send("t", b"c" * 900, partition=2, callback=lambda md, e: seen.append((md, e)))
+    assert isinstance(fut.exception(0), BufferExhaustedError)
+    assert rec.acks == [(RecordMetadata("t", 2, -1, -1, -1, -1), fut.exception(0))]
+    assert seen == [(None, fut.exception(0))]

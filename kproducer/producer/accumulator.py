@@ -112,7 +112,7 @@ class RecordAccumulator:
                                                    -1 if value is None else len(value))
                         if callback is not None:
                             last.thunks.append((callback, fut))  # type: ignore[union-attr]
-                        last.last_append_ms = now_ms
+                        # (last_append_ms, informational, is left to the other appends here)
                         # built without AppendResult's Python-level __new__ (~0.3 us)
                         return _tuple_new(AppendResult, (fut, len(dq) > 1, False))  # type: ignore[no-any-return]
                     last.close_for_appends()

@@ -14,7 +14,7 @@ One pipeline, in this order (as Java's KafkaProducer.doSend):
    max.request.size (and buffer.memory): MessageTooLargeError;
 8. the partition: an explicit one is an int (a bool is not) in ``[0, partitions)`` (ValueError; one beyond
    the known count may be new: wait for metadata as Java does); else the custom partitioner's answer, checked
-   the same way; else murmur2 of the key (:class:`KeyHashCache`, the one cache) or uniform sticky
+   the same way; else murmur2 of the key (:attr:`RecordAdmission.hash_cache`, the one cache) or uniform sticky
    (:class:`~kproducer.producer.partitioner.StickyPartitioner`, the one sticky state);
 9. a transactional producer must be in a transaction (TransactionError).
 
@@ -70,19 +70,15 @@ _BYTES = (bytes, bytearray, memoryview)
 _BYTES_OR_NONE = {bytes, type(None)}
 
 
-class KeyHashCache(Dict[bytes, int]):
-    """``cache[key]``: the positive murmur2 hash of ``key`` (Java's ``toPositive(murmur2(key))``),
-    remembered for the last few thousand keys. A hit is one dict lookup in C; a miss computes and stores
-    (the cache starts over when full). The one cache of a producer: send() and send_batch() both use it."""
-
-    __slots__ = ()
-
-    def __missing__(self, key: bytes) -> int:
-        h = murmur2(key) & 0x7FFFFFFF
-        if len(self) >= HASH_CACHE_SIZE:
-            self.clear()
-        self[key] = h
-        return h
+def key_hash_miss(cache: Dict[bytes, int], key: bytes) -> int:
+    """The positive murmur2 hash of ``key`` (Java's ``toPositive(murmur2(key))``), stored in ``cache``, the
+    producer's one key-hash cache (:attr:`RecordAdmission.hash_cache`), which starts over when full. Callers
+    look the key up first (``cache.get(key)``, one C call on a plain dict) and come here on a miss."""
+    h = murmur2(key) & 0x7FFFFFFF
+    if len(cache) >= HASH_CACHE_SIZE:
+        cache.clear()
+    cache[key] = h
+    return h
 
 
 # -- the rules, as functions (send()'s fast path raises through the same ones) --------------------------
@@ -199,7 +195,9 @@ class RecordAdmission:
         #: send()'s inlined fast path
         self.plain = (self.key_serializer is None and self.value_serializer is None and self.interceptors is None
                       and self.partitioner is None)
-        self.hash_cache = KeyHashCache()
+        #: key -> positive murmur2 hash, for the last few thousand keys (most workloads repeat keys); a plain
+        #: dict (a subclass with __missing__ costs more per lookup): misses go through key_hash_miss
+        self.hash_cache: Dict[bytes, int] = {}
         self.sticky = sticky or StickyPartitioner(cfg.batch_size)
         self.batch_size = cfg.batch_size
         self.max_request_size = min(cfg.max_request_size, cfg.buffer_memory)
@@ -240,6 +238,11 @@ class RecordAdmission:
         if size + BOUND_EXTRA > self.max_request_size:
             raise self.too_large(size + BOUND_EXTRA)
         return size
+
+    def key_hash(self, key: bytes) -> int:
+        """The key's positive murmur2 hash, through the cache."""
+        h = self.hash_cache.get(key)
+        return key_hash_miss(self.hash_cache, key) if h is None else h
 
     def cluster_view(self, cluster: "Cluster") -> ClusterView:
         cached, view = self._view
@@ -342,7 +345,10 @@ class RecordAdmission:
         cache = self.hash_cache
         for i, k in enumerate(keys):
             if k is not None:
-                p = cache[k] % num_partitions
+                h = cache.get(k)
+                if h is None:
+                    h = key_hash_miss(cache, k)
+                p = h % num_partitions
             else:
                 p = sticky.partition(topic, available, num_partitions)
                 sticky.record_appended(topic, record_size(None, values[i], headers[i] if headers is not None else None),
@@ -358,6 +364,6 @@ class RecordAdmission:
                 txn.check_can_send((topic, part))
 
 
-__all__ = ["BOUND_EXTRA", "FUTURE_ERRORS", "KeyHashCache", "RECORD_OVERHEAD", "RecordAdmission", "bad_partition",
+__all__ = ["BOUND_EXTRA", "FUTURE_ERRORS", "RECORD_OVERHEAD", "RecordAdmission", "bad_partition",
            "bad_partitioner_result", "bad_timestamp", "check_headers", "check_timestamp", "check_topic",
-           "record_size", "to_bytes"]
+           "key_hash_miss", "record_size", "to_bytes"]

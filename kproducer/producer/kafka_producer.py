@@ -39,6 +39,7 @@ from .admission import (
     check_headers,
     check_timestamp,
     check_topic,
+    key_hash_miss,
     record_size,
 )
 from .interceptors import Interceptors, ProducerRecord, failure_metadata
@@ -183,11 +184,13 @@ class Producer:
             elif adm.partitioner is not None:
                 part = adm.custom_partition(topic, raw_key, key, raw_value, value, num_partitions, cluster)
             elif key is not None and not adm.ignore_keys:
-                part = adm.hash_cache[key] % num_partitions
+                h = adm.hash_cache.get(key)
+                if h is None:
+                    h = key_hash_miss(adm.hash_cache, key)
+                part = h % num_partitions
             else:
                 # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
-                sticky_state = adm.sticky.state
-                sticky = sticky_state.get(topic)
+                sticky = adm.sticky.state.get(topic)
                 if sticky is None or sticky[0] >= num_partitions:
                     sticky = adm.sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
                 part = sticky[0]
@@ -215,17 +218,25 @@ class Producer:
             # transaction abortable) instead of being thrown; programming errors still raise
             if interceptors is None:
                 return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
-            failed_part = partition if type(partition) is int else -1
-            try:  # the interceptors hear of it through the callback, or here when it is raised after all
-                return self._send_failed(e, topic, partition, timestamp_ms, key, value,
-                                         interceptors.callback(callback, topic, failed_part))
-            except Exception as raised:
-                interceptors.on_acknowledgement(failure_metadata(topic, failed_part), raised)
-                raise
+            return self._send_failed_intercepted(interceptors, e, topic, partition, timestamp_ms, key, value,
+                                                 callback)
         except Exception as e:
             if interceptors is not None:  # Java's onSendError: the interceptors hear of it too
                 interceptors.on_acknowledgement(
                     failure_metadata(topic, partition if type(partition) is int else -1), e)
+            raise
+
+    def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
+                                 partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,
+                                 callback: Optional[Callback]) -> FutureRecordMetadata:
+        """_send_failed with interceptors: they hear of the error through the callback, or here when it is
+        raised after all."""
+        failed_part = partition if type(partition) is int else -1
+        try:
+            return self._send_failed(error, topic, partition, timestamp_ms, key, value,
+                                     interceptors.callback(callback, topic, failed_part))
+        except Exception as raised:
+            interceptors.on_acknowledgement(failure_metadata(topic, failed_part), raised)
             raise
 
     def _send_failed(self, error: KafkaError, topic: str, partition: Optional[int], timestamp_ms: Optional[int],

@@ -26,7 +26,7 @@ from kproducer.errors import (
     TransactionError,
 )
 from kproducer.producer import kafka_producer
-from kproducer.producer.admission import BOUND_EXTRA, FUTURE_ERRORS, RECORD_OVERHEAD, KeyHashCache, record_size
+from kproducer.producer.admission import BOUND_EXTRA, FUTURE_ERRORS, RECORD_OVERHEAD, RecordAdmission, record_size
 from kproducer.producer.partitioner import murmur2, partition_for_key
 from kproducer.protocol import messages as m
 
@@ -227,15 +227,16 @@ def test_both_calls_choose_the_same_partitions(env: Env) -> None:
 
 
 def test_the_key_hash_cache_is_javas_murmur2_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kproducer.config import ProducerConfig
     from kproducer.producer import admission
 
     monkeypatch.setattr(admission, "HASH_CACHE_SIZE", 4)
-    cache = KeyHashCache()
+    adm = RecordAdmission(ProducerConfig(bootstrap_servers="h:1"))
     for i in range(10):
         key = b"key-%d" % i
-        assert cache[key] == murmur2(key) & 0x7FFFFFFF
-        assert len(cache) <= 4
-    assert cache[b"key-9"] == murmur2(b"key-9") & 0x7FFFFFFF
+        assert adm.key_hash(key) == murmur2(key) & 0x7FFFFFFF
+        assert adm.hash_cache[key] == murmur2(key) & 0x7FFFFFFF and len(adm.hash_cache) <= 4
+    assert adm.key_hash(b"key-9") == murmur2(b"key-9") & 0x7FFFFFFF
 
 
 def test_keyless_records_of_both_calls_share_one_sticky_state(env: Env) -> None:

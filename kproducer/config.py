@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Uni
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
 from .protocol.sasl import SUPPORTED_MECHANISMS
+from .serialization import check_serializer, load_object
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +147,20 @@ _SETTINGS: List[_Setting] = [
     _Setting("enable.idempotence", True, "bool", "exactly-once per partition; needs acks=all"),
     _Setting("transactional.id", None, "txnid", "enables transactions under this id (non-empty)"),
     _Setting("transaction.timeout.ms", 60000, "int", "how long a transaction may stay open", 1),
-    _Setting("partitioner", None, "callable",
-             "callable(topic, key_bytes, value_bytes, num_partitions) -> partition; default murmur2/sticky"),
+    _Setting("partitioner", None, "partitioner",
+             "callable(topic, key_bytes, value_bytes, num_partitions) -> partition, or an object with Java's "
+             "partition(topic, key, key_bytes, value, value_bytes, cluster), or its dotted class name "
+             "(partitioner.class); default murmur2 for keys, uniform sticky without"),
     _Setting("partitioner.ignore.keys", False, "bool", "spread keyed records like keyless ones"),
-    _Setting("key.serializer", None, "callable", "callable(key) -> bytes"),
-    _Setting("value.serializer", None, "callable", "callable(value) -> bytes"),
+    _Setting("key.serializer", None, "serializer",
+             "callable(key) -> bytes, an object with serialize(topic, key, headers), 'str', 'json', 'bytes' "
+             "or a dotted class name"),
+    _Setting("value.serializer", None, "serializer",
+             "callable(value) -> bytes, an object with serialize(topic, value, headers), 'str', 'json', "
+             "'bytes' or a dotted class name"),
+    _Setting("interceptor.classes", None, "interceptors",
+             "interceptors (objects with on_send(record) and/or on_acknowledgement(metadata, exception)), "
+             "or their dotted class names (a list or a comma-separated string), called in order"),
     _Setting("connections.max.idle.ms", 540000, "long", "close connections idle this long", -1),
     _Setting("socket.connection.setup.timeout.ms", 10000, "long",
              "time to establish a connection (doubled per consecutive failure, with jitter)", 0),
@@ -214,7 +224,8 @@ _SETTINGS: List[_Setting] = [
 
 SETTINGS: Dict[str, _Setting] = {s.java: s for s in _SETTINGS}
 _ALIASES: Dict[str, str] = {s.alias: s.java for s in _SETTINGS}
-_ALIASES.update({"partitioner.class": "partitioner", "partitioner_class": "partitioner"})
+_ALIASES.update({"partitioner.class": "partitioner", "partitioner_class": "partitioner",
+                 "interceptors": "interceptor.classes"})
 
 
 def _check_hostname_value(v: Any) -> Any:
@@ -369,6 +380,12 @@ def _convert(s: _Setting, v: Any) -> Any:
         if v is not None and not callable(v):
             raise ConfigError(f"{s.java} must be callable, got {v!r}")
         return v
+    if kind == "serializer":
+        return check_serializer(s.java, v)
+    if kind == "partitioner":
+        return _check_partitioner(s.java, v)
+    if kind == "interceptors":
+        return _check_interceptors(s.java, v)
     if kind == "servers":
         return parse_servers(v)
     if kind == "acks":
@@ -457,6 +474,54 @@ def _convert(s: _Setting, v: Any) -> Any:
     if kind == "extensions":
         return _parse_extensions(s.java, v)
     raise AssertionError(kind)
+
+
+#: Java's partitioner class names: the built-in default ones mean kproducer's default (None)
+_JAVA_PARTITIONERS = {
+    "org.apache.kafka.clients.producer.internals.DefaultPartitioner": None,
+    "org.apache.kafka.clients.producer.UniformStickyPartitioner": None,
+    "org.apache.kafka.clients.producer.RoundRobinPartitioner": "kproducer.producer.partitioner.RoundRobinPartitioner",
+}
+_PARTITIONER_WHAT = ("callable(topic, key_bytes, value_bytes, num_partitions), an object with "
+                     "partition(topic, key, key_bytes, value, value_bytes, cluster), or a dotted class name")
+
+
+def _check_partitioner(name: str, v: Any) -> Any:
+    if isinstance(v, str):
+        dotted = _JAVA_PARTITIONERS.get(v.strip(), v.strip())
+        if dotted is None:
+            return None
+        v = load_object(dotted, name, _PARTITIONER_WHAT)
+    elif isinstance(v, type) and callable(getattr(v, "partition", None)):
+        try:  # a Partitioner class rather than an instance, as Java configures it
+            v = v()
+        except Exception as e:
+            raise ConfigError(f"{name}: {v.__name__} could not be instantiated without arguments: {e}") from None
+    if v is None or callable(getattr(v, "partition", None)) or callable(v):
+        return v
+    raise ConfigError(f"{name} must be {_PARTITIONER_WHAT}, got a {type(v).__name__}")
+
+
+def _check_interceptors(name: str, v: Any) -> Optional[Tuple[Any, ...]]:
+    if v is None:
+        return None
+    items = [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{name} must be a list of interceptors or class names, got a {type(v).__name__}")
+    out: List[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            item = load_object(item, name, "a list of interceptors or their dotted class names")
+        elif isinstance(item, type):
+            try:
+                item = item()
+            except Exception as e:
+                raise ConfigError(f"{name}: {item.__name__} could not be instantiated without arguments: {e}") from None
+        if not (callable(getattr(item, "on_send", None)) or callable(getattr(item, "on_acknowledgement", None))):
+            raise ConfigError(f"{name}: {type(item).__name__} has neither on_send(record) nor "
+                              "on_acknowledgement(metadata, exception)")
+        out.append(item)
+    return tuple(out) or None
 
 
 def _parse_protocols(name: str, v: Any) -> List[str]:
@@ -683,7 +748,7 @@ def _same_value(s: _Setting, a: Any, b: Any) -> bool:
             return True
     except Exception:  # an odd object's __eq__
         return False
-    if s.kind in ("callable", "provider", "sslcontext"):
+    if s.kind in ("callable", "provider", "sslcontext", "serializer", "partitioner", "interceptors"):
         return False
     try:
         return bool(_convert(s, a) == _convert(s, b))
@@ -719,10 +784,11 @@ class ProducerConfig:
     enable_idempotence: bool
     transactional_id: Optional[str]
     transaction_timeout_ms: int
-    partitioner: Optional[Callable[[str, Optional[bytes], Optional[bytes], int], int]]
+    partitioner: Any  # a callable or an object with partition() (see kproducer.producer.partitioner)
     partitioner_ignore_keys: bool
-    key_serializer: Optional[Serializer]
-    value_serializer: Optional[Serializer]
+    key_serializer: Any  # a callable or an object with serialize() (see kproducer.serialization)
+    value_serializer: Any
+    interceptor_classes: Optional[Tuple[Any, ...]]
     connections_max_idle_ms: int
     socket_connection_setup_timeout_ms: int
     socket_connection_setup_timeout_max_ms: int

@@ -31,6 +31,9 @@ class AppendResult(NamedTuple):
 
 
 _tuple_new = tuple.__new__
+_ONE = (0,)
+#: the records of one send_batch() in one batch: (batch, first offset delta, count, their positions)
+Segment = Tuple[ProducerBatch, int, int, Sequence[int]]
 
 
 class ReadyCheckResult(NamedTuple):
@@ -87,6 +90,12 @@ class RecordAccumulator:
         self.next_batch_expiry_ms = float("inf")
 
     # -- append (application threads) -------------------------------------------------------------
+    #
+    # One append path: _append() puts records into the partition's open batch (the builder's try_append /
+    # extend decide whether a record fits: the one place that decides a batch is full), and opens a new batch
+    # (_open_batch, reserving its memory; _new_batch is the one place batches are made) when there is none or
+    # it is full, until every record is in. append() (one record, from send()) starts with the first step of
+    # that loop inlined: the per-record hot path.
 
     def append(self, topic: str, partition: int, timestamp: int, key: Optional[bytes], value: Optional[bytes],
                headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
@@ -104,13 +113,14 @@ class RecordAccumulator:
             if dq:
                 last = dq[-1]
                 if not last.closed:
-                    # hot path: ProducerBatch.try_append, inlined
+                    # _append's first step for one record, inlined (ProducerBatch.try_append without the call)
                     delta = last.builder.try_append(timestamp, key, value, headers)
                     if delta >= 0:
                         fut = FutureRecordMetadata(last, delta, timestamp, -1 if key is None else len(key),
                                                    -1 if value is None else len(value))
                         if callback is not None:
                             last.thunks.append((callback, fut))  # type: ignore[union-attr]
+                        # (last_append_ms, informational, is left to the other appends here)
                         # built without AppendResult's Python-level __new__ (~0.3 us)
                         return _tuple_new(AppendResult, (fut, len(dq) > 1, False))  # type: ignore[no-any-return]
                     if last.sizing is not None and last.grow():
@@ -119,116 +129,100 @@ class RecordAccumulator:
                         if grown is not None:
                             return AppendResult(grown, len(dq) > 1 or last.is_full(), False)
                     last.close_for_appends()
-            self._appends_in_progress += 1
         finally:
             lock.release()
-        try:
-            return self._append_new_batch(tp, timestamp, key, value, headers, callback, max_block_ms, now_ms)
-        finally:
-            with self._lock:
-                self._appends_in_progress -= 1
-
-    def _append_new_batch(self, tp: TopicPartition, timestamp: int, key: Optional[bytes], value: Optional[bytes],
-                          headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
-                          now_ms: float) -> AppendResult:
-        size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
-        reserved = self.free.allocate(size, max_block_ms)
-        handed_to_batch = False
-        try:
-            with self._lock:
-                if self._closed:
-                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-                dq = self._batches.get(tp)
-                if dq is None:
-                    dq = self._batches[tp] = deque()
-                elif dq:
-                    last = dq[-1]
-                    if not last.closed:
-                        # another thread opened a batch while we waited for memory
-                        fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
-                        if fut is None and last.sizing is not None and last.grow():
-                            fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
-                        if fut is not None:
-                            return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
-                        last.close_for_appends()
-                batch = self._new_batch(tp[0], tp[1], now_ms, reserved)
-                handed_to_batch = True
-                fut = batch.try_append(timestamp, key, value, headers, callback, now_ms)
-                assert fut is not None  # the first record always fits
-                dq.append(batch)
-                with self._incomplete_lock:
-                    self._incomplete.add(batch)
-                return AppendResult(fut, len(dq) > 1 or batch.is_full(), True)
-        finally:
-            if not handed_to_batch:
-                self.free.deallocate(reserved)
+        segments: List[Segment] = []
+        new, full, made = self._append(tp, timestamp, None if key is None else (key,), (value,),
+                                       None if headers is None else (headers,), _ONE, max_block_ms, now_ms, segments,
+                                       True, callback)
+        assert made is not None
+        return AppendResult(made, full, new)
 
     def append_many(self, topic: str, partition: int, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
                     values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],
                     indices: Sequence[int], max_block_ms: float, now_ms: float,
-                    segments: List[Tuple[ProducerBatch, int, int, Sequence[int]]]) -> bool:
+                    segments: List[Segment]) -> bool:
         """Append the records at ``indices`` (positions in ``keys``/``values``/``headers``) to the partition,
         in order, filling batches as :meth:`append` would. Appends ``(batch, first delta, count, indices)``
         to ``segments`` for each batch used. Returns whether the sender should be woken (a new or full batch).
         """
-        tp = (topic, partition)
+        new, full, _fut = self._append((topic, partition), timestamp, keys, values, headers, indices, max_block_ms,
+                                       now_ms, segments, False, None)
+        return new or full
+
+    def _append(self, tp: TopicPartition, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
+                values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],
+                indices: Sequence[int], max_block_ms: float, now_ms: float, segments: List[Segment],
+                want_future: bool, callback: Optional[Callback]) -> Tuple[bool, bool, Optional[FutureRecordMetadata]]:
+        """The append loop: ``(a batch was opened, the last batch is full or not alone, the future)``; the
+        future (and ``callback``'s registration, under the lock so that callbacks keep the append order) only
+        with ``want_future``, for a single record."""
         pos = 0
         total = len(indices)
-        wake = False
-        while pos < total:
+        new = False
+        fut: Optional[FutureRecordMetadata] = None
+        while True:
             with self._lock:
                 if self._closed:
-                    raise ProducerClosedError("send_batch() called after close()")
+                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
                 dq = self._batches.get(tp)
                 last = dq[-1] if dq else None
                 if last is not None and not last.closed:
                     start = pos
-                    builder = last.builder
-                    first_delta = builder.record_count
-                    pos = builder.extend(timestamp, keys, values, headers, indices, pos)
+                    first_delta = last.builder.record_count
+                    pos = last.builder.extend(timestamp, keys, values, headers, indices, pos)
                     while pos < total and last.sizing is not None and last.grow():
-                        pos = builder.extend(timestamp, keys, values, headers, indices, pos)
-                    if pos < total:
-                        last.close_for_appends()
+                        # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
+                        pos = last.builder.extend(timestamp, keys, values, headers, indices, pos)
                     if pos > start:
                         last.last_append_ms = now_ms
                         segments.append((last, first_delta, pos - start, indices[start:pos]))
+                        if want_future:
+                            key, value = keys[0] if keys is not None else None, values[0]
+                            fut = FutureRecordMetadata(last, first_delta, timestamp, -1 if key is None else len(key),
+                                                       -1 if value is None else len(value))
+                            if callback is not None:
+                                last.thunks.append((callback, fut))  # type: ignore[union-attr]
                     if pos >= total:
-                        return wake or last.is_full() or len(dq) > 1  # type: ignore[arg-type]
-                    wake = True
+                        return new, len(dq) > 1 or last.is_full(), fut  # type: ignore[arg-type]
+                    last.close_for_appends()
                 self._appends_in_progress += 1
             try:
                 i = indices[pos]
-                key = keys[i] if keys is not None else None
-                hdrs = headers[i] if headers is not None else None
-                size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, values[i], hdrs))
-                reserved = self.free.allocate(size, max_block_ms)
-                with self._lock:
-                    if self._closed:
-                        self.free.deallocate(reserved)
-                        raise ProducerClosedError("send_batch() called after close()")
-                    dq = self._batches.get(tp)
-                    if dq is None:
-                        dq = self._batches[tp] = deque()
-                    elif dq and not dq[-1].closed:
-                        # another thread opened a batch meanwhile: use it
-                        self.free.deallocate(reserved)
-                        continue
-                    batch = self._new_batch(topic, partition, now_ms, reserved)
-                    dq.append(batch)
-                    with self._incomplete_lock:
-                        self._incomplete.add(batch)
-                    wake = True
+                if self._open_batch(tp, keys[i] if keys is not None else None, values[i],
+                                    headers[i] if headers is not None else None, max_block_ms, now_ms):
+                    new = True
             finally:
                 with self._lock:
                     self._appends_in_progress -= 1
-        return wake
 
-    def _new_batch(self, topic: str, partition: int, now_ms: float, reserved: int) -> ProducerBatch:
-        """A new open batch; a compressed one is full at batch.size estimated *compressed* bytes."""
-        batch = ProducerBatch(topic, partition,
-                              RecordBatchBuilder(self.batch_size, self.compression, self.compression_level),
-                              now_ms, reserved)
+    def _open_batch(self, tp: TopicPartition, key: Optional[bytes], value: Optional[bytes],
+                    headers: Optional[Sequence[Header]], max_block_ms: float, now_ms: float) -> bool:
+        """Reserve memory for a new batch big enough for this record (may block up to ``max_block_ms``) and
+        queue the batch; False when another thread opened one meanwhile (that one is used instead)."""
+        size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
+        reserved = self.free.allocate(size, max_block_ms)
+        with self._lock:
+            if self._closed:
+                self.free.deallocate(reserved)
+                raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+            dq = self._batches.get(tp)
+            if dq is None:
+                dq = self._batches[tp] = deque()
+            elif dq and not dq[-1].closed:
+                self.free.deallocate(reserved)
+                return False
+            batch = self._new_batch(tp, now_ms, reserved)
+            dq.append(batch)
+            with self._incomplete_lock:
+                self._incomplete.add(batch)
+            return True
+
+    def _new_batch(self, tp: TopicPartition, now_ms: float, reserved: int) -> ProducerBatch:
+        """A new, empty batch for new records: the one place their batches are made (and sized). A compressed
+        one is full at batch.size estimated *compressed* bytes."""
+        builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
+        batch = ProducerBatch(tp[0], tp[1], builder, now_ms, reserved)
         if self._sizing is not None:
             batch.compress_by_estimate(self._sizing)
         return batch

@@ -14,26 +14,38 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..config import ProducerConfig
 from ..errors import (
     AuthenticationError,
-    BrokerResponseError,
     KafkaError,
     KafkaTimeoutError,
-    MessageTooLargeError,
     ProducerClosedError,
     ProducerForkedError,
-    SerializationError,
     TransactionAbortedError,
     TransactionError,
 )
 from ..network.client import NetworkClient
 from ..network.metadata import Metadata, PartitionInfo
 from ..network.selector import Selector
-from ..protocol.records import RecordBatchBuilder
 from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
-from .partitioner import StickyPartitioner, murmur2
+from .admission import (
+    BOUND_EXTRA,
+    FUTURE_ERRORS,
+    RECORD_OVERHEAD,
+    Header,
+    HeaderInput,
+    RecordAdmission,
+    bad_partition,
+    bad_timestamp,
+    check_headers,
+    check_timestamp,
+    check_topic,
+    key_hash_miss,
+    record_size,
+)
+from .partitioner import StickyPartitioner
+from .interceptors import Interceptors, ProducerRecord, failure_metadata
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from . import lifecycle
 from .metrics import Metric, ProducerMetrics
@@ -43,66 +55,9 @@ from .transaction_manager import TransactionManager
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
-HeaderInput = Union[Sequence[Tuple[str, Optional[bytes]]], Mapping[str, Optional[bytes]]]
-_BYTES = (bytes, bytearray, memoryview)
-_BYTES_OR_NONE = {bytes, type(None)}
 _TOPIC_TOUCH_MS = 1000.0
-# a record without headers: about 10 bytes of varints and attributes on top of key and value; the upper
-# bound (worst-case varints and the batch header) is _BOUND_EXTRA more
-_RECORD_OVERHEAD = 10
-_BOUND_EXTRA = RecordBatchBuilder.estimate_record_size(None, None, None) - _RECORD_OVERHEAD
-_HASH_CACHE_SIZE = 65536  # keys whose murmur2 hash is remembered (most workloads repeat keys)
-# what send() reports through the record's future and callback rather than raising (Java's ApiException:
-# metadata wait timeout, buffer exhausted, record too large, a topic's metadata error)
-_SEND_ERRORS = (KafkaTimeoutError, BrokerResponseError)
-
-
-def _bytes_or_none(what: str, obj: Any, serializer: Any) -> Optional[bytes]:
-    if serializer is not None:
-        try:
-            obj = serializer(obj)
-        except Exception as e:
-            raise SerializationError(f"the {what}_serializer failed on {obj!r}: {e}") from e
-        if obj is None or isinstance(obj, _BYTES):
-            return bytes(obj) if isinstance(obj, memoryview) else obj  # type: ignore[return-value]
-        raise SerializationError(f"the {what}_serializer returned {type(obj).__name__}, not bytes")
-    if obj is None or isinstance(obj, bytes):
-        return obj
-    if isinstance(obj, (bytearray, memoryview)):
-        return bytes(obj)
-    hint = ""
-    if isinstance(obj, str):
-        hint = (f"; encode it (e.g. {what}={what}.encode()) or set {what}_serializer=str.encode when creating "
-                "the Producer")
-    raise TypeError(f"{what} must be bytes or None, got {type(obj).__name__}{hint}")
-
-
-def _longest(items: Sequence[Optional[bytes]]) -> int:
-    """Length of the longest item (None counts as 0)."""
-    try:
-        return max(map(len, items), default=0)  # type: ignore[arg-type]
-    except TypeError:  # there are None items
-        return max((len(x) for x in items if x is not None), default=0)
-
-
-def _check_headers(headers: Any) -> List[Tuple[str, Optional[bytes]]]:
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    out = []
-    try:
-        for k, v in items:
-            if not isinstance(k, str):
-                raise TypeError(f"header keys must be str, got {type(k).__name__} ({k!r})")
-            if v is not None and not isinstance(v, bytes):
-                if isinstance(v, (bytearray, memoryview)):
-                    v = bytes(v)
-                else:
-                    raise TypeError(f"header {k!r}: value must be bytes or None, got {type(v).__name__}")
-            out.append((k, v))
-    except (TypeError, ValueError) as e:
-        if isinstance(e, TypeError) and str(e).startswith("header"):
-            raise
-        raise TypeError(f"headers must be a list of (str, bytes) pairs or a dict: {e}") from None
-    return out
+_RECORD_OVERHEAD = RECORD_OVERHEAD
+_BOUND_EXTRA = BOUND_EXTRA
 
 
 class Producer:
@@ -153,17 +108,12 @@ class Producer:
                                     stats_cb=cfg.stats_cb, stats_interval_ms=cfg.statistics_interval_ms,
                                     client_id=self.client_id),
         )
-        self._sticky = StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit)
-        self._key_serializer = cfg.key_serializer
-        self._value_serializer = cfg.value_serializer
-        self._partitioner = cfg.partitioner
-        self._max_request_size = min(cfg.max_request_size, cfg.buffer_memory)
+        # serializers, interceptors, partitioning, checks; the sticky partitioner moves on after a batch's worth
+        # (compressed batches hold more: the accumulator's ratio estimate)
+        self._admission = RecordAdmission(
+            cfg, self._txn, sticky=StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit))
         self._max_block_ms = cfg.max_block_ms
         self._topic_touched: Dict[str, float] = {}
-        self._hash_cache: Dict[bytes, int] = {}
-        self._ignore_keys = cfg.partitioner_ignore_keys
-        self._batch_size = cfg.batch_size
-        self._transactional = self._txn is not None and self._txn.is_transactional
         self._wall_ms = clk.wall_ms
         self._monotonic_ms = clk.monotonic_ms
         self._system_clock = type(clk) is Clock
@@ -194,18 +144,24 @@ class Producer:
         buffer memory did not come within max.block.ms, MessageTooLargeError for a record over
         max.request.size, a topic's metadata error) and make an open transaction abortable. Raises
         TypeError/ValueError for bad arguments (e.g. a str key or value without a serializer),
-        SerializationError, TransactionError outside a transaction, ProducerClosedError after close()."""
-        # This is the per-record hot path: every line here costs throughput. Checks that cannot fail
-        # for plain bytes records are skipped for them.
+        SerializationError, TransactionError outside a transaction, ProducerClosedError after close().
+        The rules are those of kproducer.producer.admission, shared with send_batch()."""
+        # This is the per-record hot path: every line here costs throughput. A record of plain bytes/None
+        # without headers, when no serializer, interceptor or custom partitioner is configured, skips the
+        # steps that cannot change it (admission.plain); every check below applies to every record.
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
+        adm = self._admission
+        interceptors: Optional[Interceptors] = None
         try:
-            if (value is not None and type(value) is not bytes) or self._value_serializer is not None:
-                value = _bytes_or_none("value", value, self._value_serializer)
-            if (key is not None and type(key) is not bytes) or self._key_serializer is not None:
-                key = _bytes_or_none("key", key, self._key_serializer)
-            if headers:
-                headers = _check_headers(headers)
+            if headers or not adm.plain or (value is not None and type(value) is not bytes) or \
+                    (key is not None and type(key) is not bytes):
+                interceptors = adm.interceptors
+                if interceptors is not None:
+                    topic, value, key, headers, partition, timestamp_ms = interceptors.on_send(
+                        ProducerRecord(topic, value, key, headers, partition, timestamp_ms))
+                raw_key, raw_value = key, value  # what a custom partitioner sees besides the bytes
+                key, value, headers = adm.serialize(topic, key, value, headers)
             else:
                 headers = None
             if self._system_clock:  # the real clock, read without a Python-level call
@@ -215,78 +171,92 @@ class Producer:
                 elif type(timestamp_ms) is int and timestamp_ms >= 0:
                     timestamp = timestamp_ms
                 else:
-                    raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+                    raise bad_timestamp(timestamp_ms)
             else:
                 now = self._monotonic_ms()
-                timestamp = self._wall_ms() if timestamp_ms is None else timestamp_ms
-                if type(timestamp) is not int or timestamp < 0:
-                    raise ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+                timestamp = self._wall_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
             waited: Optional[float] = None
             cluster = self._metadata.cluster
             num_partitions = cluster.partition_counts.get(topic)
             if num_partitions is None or (partition is not None and type(partition) is int
                                           and partition >= num_partitions):
-                if not isinstance(topic, str) or not topic:
-                    raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+                check_topic(topic)
                 num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
                 cluster = self._metadata.cluster
                 waited = self._max_block_ms - (self._monotonic_ms() - now)
             elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
                 self._topic_touched[topic] = now
                 self._metadata.add_topic(topic)
-            # the record's size, about as encoded: it feeds sticky switching; with the worst-case varint sizes
-            # and the batch header on top it is the bound checked against max.request.size
+            # the record's size, about as encoded (admission.record_size): it feeds sticky switching; with the
+            # worst-case varint sizes and the batch header on top it is the bound checked against max.request.size
             size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
             if headers is not None:
-                size = RecordBatchBuilder.estimate_record_size(key, value, headers) - _BOUND_EXTRA
-            if size + _BOUND_EXTRA > self._max_request_size:
-                self._raise_too_large(size + _BOUND_EXTRA)
+                size = record_size(key, value, headers)
+            if size + _BOUND_EXTRA > adm.max_request_size:
+                raise adm.too_large(size + _BOUND_EXTRA)
             sticky = None
             if partition is not None:
                 if type(partition) is not int or not 0 <= partition < num_partitions:
-                    raise ValueError(f"partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}")
+                    raise bad_partition(partition, num_partitions, topic)
                 part = partition
-            elif self._partitioner is not None:
-                part = self._partitioner(topic, key, value, num_partitions)
-                if type(part) is not int or not 0 <= part < num_partitions:
-                    raise ValueError(f"the partitioner returned {part!r}, not a partition of {topic!r} "
-                                     f"(0..{num_partitions - 1})")
-            elif key is not None and not self._ignore_keys:
-                h = self._hash_cache.get(key)
+            elif adm.partitioner is not None:
+                part = adm.custom_partition(topic, raw_key, key, raw_value, value, num_partitions, cluster)
+            elif key is not None and not adm.ignore_keys:
+                h = adm.hash_cache.get(key)
                 if h is None:
-                    h = murmur2(key) & 0x7FFFFFFF
-                    if len(self._hash_cache) >= _HASH_CACHE_SIZE:
-                        self._hash_cache.clear()
-                    self._hash_cache[key] = h
+                    h = key_hash_miss(adm.hash_cache, key)
                 part = h % num_partitions
             else:
                 # uniform sticky (KIP-794): stay on one partition until about batch.size bytes went to it
-                sticky = self._sticky.state.get(topic)
+                sticky = adm.sticky.state.get(topic)
                 if sticky is None or sticky[0] >= num_partitions:
-                    sticky = self._sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
+                    sticky = adm.sticky.current(topic, cluster.available.get(topic, ()), num_partitions)
                 part = sticky[0]
-            if self._transactional:
-                self._txn.check_can_send((topic, part))  # type: ignore[union-attr]
+            if adm.txn is not None:
+                adm.txn.check_can_send((topic, part))
             # (time spent above only counts against max.block.ms when metadata had to be fetched)
-            result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback,
-                                              self._max_block_ms if waited is None else waited, now)
+            result = self._accumulator.append(
+                topic, part, timestamp, key, value, headers,
+                callback if interceptors is None else interceptors.callback(callback, topic, part),
+                self._max_block_ms if waited is None else waited, now)
             if sticky is not None:
                 sticky[1] += size
                 if sticky[1] >= sticky[2]:  # a batch's worth (compressed batches hold more: partitioner.py)
-                    sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
-                                                            sticky[0])
+                    sticky[0] = adm.sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
+                                                          sticky[0])
                     sticky[1] = 0
-                    sticky[2] = self._sticky.limit(topic)
+                    sticky[2] = adm.sticky.limit(topic)
             if result[2]:
                 # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
                 # the sender on every append while a partition has more than one batch; here each wakeup can
                 # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
                 self._wakeup()
             return result[0]
-        except _SEND_ERRORS as e:
+        except FUTURE_ERRORS as e:
             # Java's doSend: an ApiException fails this record's future and callback (and makes an open
             # transaction abortable) instead of being thrown; programming errors still raise
-            return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+            if interceptors is None:
+                return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+            return self._send_failed_intercepted(interceptors, e, topic, partition, timestamp_ms, key, value,
+                                                 callback)
+        except Exception as e:
+            if interceptors is not None:  # Java's onSendError: the interceptors hear of it too
+                interceptors.on_acknowledgement(
+                    failure_metadata(topic, partition if type(partition) is int else -1), e)
+            raise
+
+    def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
+                                 partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,
+                                 callback: Optional[Callback]) -> FutureRecordMetadata:
+        """_send_failed with interceptors: they hear of the error through the callback, or here when it is
+        raised after all."""
+        failed_part = partition if type(partition) is int else -1
+        try:
+            return self._send_failed(error, topic, partition, timestamp_ms, key, value,
+                                     interceptors.callback(callback, topic, failed_part))
+        except Exception as raised:
+            interceptors.on_acknowledgement(failure_metadata(topic, failed_part), raised)
+            raise
 
     def _send_failed(self, error: KafkaError, topic: str, partition: Optional[int], timestamp_ms: Optional[int],
                      key: Any, value: Any, callback: Optional[Callback]) -> FutureRecordMetadata:
@@ -309,12 +279,6 @@ class Producer:
         assert self._sender.fatal_error is not None
         raise self._sender.fatal_error
 
-    def _raise_too_large(self, size: int) -> None:
-        which = "max.request.size" if self.config.max_request_size <= self.config.buffer_memory else "buffer.memory"
-        raise MessageTooLargeError(
-            f"The record is {size} bytes when serialized, which is larger than {which} "
-            f"({self._max_request_size}); raise that setting or send a smaller record")
-
     def send_batch(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                    headers: Optional[Sequence[Optional[HeaderInput]]] = None,
                    partition: Union[int, Sequence[int], None] = None,
@@ -323,54 +287,70 @@ class Producer:
 
         ``keys`` and ``headers``, when given, are sequences as long as ``values``. ``partition`` is one
         partition for all records, a sequence with one partition per record, or None (keyed records go by
-        murmur2, keyless ones are spread over the partitions in batch-sized runs). Every record is checked
-        before any is queued: a bad one raises and nothing is sent. Returns a :class:`BatchSendFuture`.
+        murmur2, keyless ones are spread over the partitions in batch-sized runs). Every record passes the
+        rules send() applies (kproducer.producer.admission) before any is queued: a bad one raises — also
+        the errors send() would report through the record's future (a metadata timeout, a record too
+        large) — and nothing is sent. Returns a :class:`BatchSendFuture`.
         """
         if self._closed:
             self._raise_closed("send_batch()")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
-        if not isinstance(topic, str) or not topic:
-            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        check_topic(topic)
+        adm = self._admission
         n = len(values)
-        vals = self._bulk_bytes("value", values, self._value_serializer)
-        ks = self._bulk_bytes("key", keys, self._key_serializer) if keys is not None else None
-        if ks is not None and len(ks) != n:
-            raise ValueError(f"keys has {len(ks)} items but values has {n}")
-        hs: Optional[List[Optional[List[Tuple[str, Optional[bytes]]]]]] = None
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"keys has {len(keys)} items but values has {n}")
+        if headers is not None and len(headers) != n:
+            raise ValueError(f"headers has {len(headers)} items but values has {n}")
+        interceptors = adm.interceptors
+        if interceptors is not None:
+            values, keys, headers, partition = self._intercept_batch(interceptors, topic, values, keys, headers,
+                                                                     partition, timestamp_ms)
+        try:
+            return self._admit_batch(adm, topic, n, values, keys, headers, partition, timestamp_ms)
+        except Exception as e:
+            if interceptors is not None:  # Java's onSendError, for each record
+                md = failure_metadata(topic, partition if type(partition) is int else -1)
+                for _ in range(n):
+                    interceptors.on_acknowledgement(md, e)
+            raise
+
+    def _admit_batch(self, adm: RecordAdmission, topic: str, n: int, values: Sequence[Any],
+                     keys: Optional[Sequence[Any]], headers: Optional[Sequence[Optional[HeaderInput]]],
+                     partition: Union[int, Sequence[int], None], timestamp_ms: Optional[int]) -> BatchSendFuture:
+        hs: Optional[List[Optional[List[Header]]]] = None
         if headers is not None:
-            if len(headers) != n:
-                raise ValueError(f"headers has {len(headers)} items but values has {n}")
-            hs = [_check_headers(h) if h else None for h in headers]
-        if timestamp_ms is None:
-            timestamp = self._clock.wall_ms()
-        elif isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise ValueError(f"timestamp_ms must be a non-negative int, got {timestamp_ms!r}")
+            hs = [check_headers(h) for h in headers]
+        if adm.key_serializer is not None or adm.value_serializer is not None:
+            # serializers see (and may add to) each record's own headers list
+            lists: List[Optional[List[Header]]] = [h if h is not None else [] for h in (hs or [None] * n)]
+            ks = adm.bulk_bytes("key", topic, keys, lists) if keys is not None else None
+            vals = adm.bulk_bytes("value", topic, values, lists)
+            hs = [check_headers(h) for h in lists]
         else:
-            timestamp = timestamp_ms
+            ks = adm.bulk_bytes("key", topic, keys, None) if keys is not None else None
+            vals = adm.bulk_bytes("value", topic, values, None)
+        if hs is not None and not any(hs):
+            hs = None
         clock = self._clock
+        timestamp = clock.wall_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
         start = clock.monotonic_ms()
+        single, per_record = (None, None) if partition is None else adm.explicit_partitions(n, partition)
         if n == 0:
             return BatchSendFuture(topic, 0, [], timestamp)
-        # the largest record must fit in a request
-        limit = self._max_request_size - RecordBatchBuilder.estimate_record_size(None, None, None)
-        biggest = _longest(vals) + (_longest(ks) if ks is not None else 0)
-        if biggest > limit:
-            for i in range(n):
-                size = RecordBatchBuilder.estimate_record_size(ks[i] if ks else None, vals[i], hs[i] if hs else None)
-                if size > self._max_request_size:
-                    raise MessageTooLargeError(
-                        f"record {i} is {size} bytes when serialized, larger than max.request.size "
-                        f"({self._max_request_size}); nothing from this send_batch() was queued")
-        num_partitions = self._metadata.cluster.partition_counts.get(topic)
-        if num_partitions is None:
-            num_partitions = self._wait_on_metadata(topic, None, self._max_block_ms)
+        adm.check_sizes(ks, vals, hs)
+        cluster = self._metadata.cluster
+        num_partitions = cluster.partition_counts.get(topic)
+        highest = single if per_record is None else max(per_record)
+        if num_partitions is None or (highest is not None and highest >= num_partitions):
+            # a partition beyond the known count may be new: wait for metadata, as send() does
+            num_partitions = self._wait_on_metadata(topic, highest, self._max_block_ms)
+            cluster = self._metadata.cluster
         else:
             self._metadata.add_topic(topic)
-        groups = self._group_by_partition(topic, n, partition, ks, vals, num_partitions)
-        if self._txn is not None and self._txn.is_transactional:
-            for part, _idxs in groups:
-                self._txn.check_can_send((topic, part))
+        groups = adm.groups(topic, n, single, per_record, keys, ks, values, vals, hs, num_partitions, cluster)
+        adm.check_can_send(topic, [part for part, _idxs in groups])
         segments: List[Any] = []
         wake = False
         acc = self._accumulator
@@ -381,64 +361,46 @@ class Producer:
                 wake = True
         if wake:
             self._sender.wakeup()
+        if adm.interceptors is not None and adm.interceptors.acknowledges:
+            self._acknowledge_each(adm.interceptors, segments, timestamp, ks, vals)
         return BatchSendFuture(topic, n, segments, timestamp)
 
     @staticmethod
-    def _bulk_bytes(what: str, items: Sequence[Any], serializer: Any) -> Sequence[Optional[bytes]]:
-        if serializer is not None:
-            return [_bytes_or_none(what, x, serializer) for x in items]
-        if set(map(type, items)) <= _BYTES_OR_NONE:  # (one pass in C)
-            return items
-        # convert bytearray/memoryview, or raise a helpful TypeError
-        return [x if x is None or type(x) is bytes else _bytes_or_none(what, x, None) for x in items]
+    def _intercept_batch(interceptors: Interceptors, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]],
+                         headers: Optional[Sequence[Optional[HeaderInput]]], partition: Union[int, Sequence[int], None],
+                         timestamp_ms: Optional[int]) -> Tuple[Sequence[Any], Optional[Sequence[Any]],
+                                                               Optional[Sequence[Optional[HeaderInput]]],
+                                                               Union[int, Sequence[int], None]]:
+        """Each record through the interceptors' on_send. send_batch() has one topic and one timestamp: an
+        interceptor's change to those is not honoured there (logged); a changed partition is."""
+        per_record = partition if partition is not None and type(partition) is not int else None
+        records = [interceptors.on_send(ProducerRecord(
+            topic, v, keys[i] if keys is not None else None, headers[i] if headers is not None else None,
+            per_record[i] if per_record is not None else partition, timestamp_ms))  # type: ignore[arg-type,index]
+            for i, v in enumerate(values)]
+        if any(r.topic != topic or r.timestamp_ms != timestamp_ms for r in records):
+            log.warning("a producer interceptor changed the topic or timestamp of records given to send_batch(), "
+                        "which sends to one topic with one timestamp: those changes are ignored (use send())")
+        parts = [r.partition for r in records]
+        new_partition: Union[int, Sequence[int], None] = partition
+        if per_record is not None or any(p != partition for p in parts):
+            new_partition = parts  # type: ignore[assignment]  # (checked by the admission rules)
+        return ([r.value for r in records], None if keys is None and all(r.key is None for r in records)
+                else [r.key for r in records],
+                None if headers is None and all(not r.headers for r in records) else [r.headers for r in records],
+                new_partition)
 
-    def _group_by_partition(self, topic: str, n: int, partition: Union[int, Sequence[int], None],
-                            keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]],
-                            num_partitions: int) -> List[Tuple[int, Sequence[int]]]:
-        """``(partition, record positions)`` groups, each in input order; a partition may come twice."""
-        if isinstance(partition, int) and not isinstance(partition, bool):
-            if not 0 <= partition < num_partitions:
-                raise ValueError(f"partition {partition} is not in the range [0..{num_partitions}) of {topic!r}")
-            return [(partition, range(n))]
-        groups: Dict[int, List[int]] = {}
-        if partition is not None and not isinstance(partition, int):
-            if len(partition) != n:
-                raise ValueError(f"partition has {len(partition)} items but values has {n}")
-            for i, p in enumerate(partition):
-                if type(p) is not int or not 0 <= p < num_partitions:
-                    raise ValueError(f"record {i}: partition {p!r} is not in [0..{num_partitions}) of {topic!r}")
-                groups.setdefault(p, []).append(i)
-            return list(groups.items())
-        if self._partitioner is not None:
-            for i in range(n):
-                p = self._partitioner(topic, keys[i] if keys is not None else None, values[i], num_partitions)
-                if type(p) is not int or not 0 <= p < num_partitions:
-                    raise ValueError(f"the partitioner returned {p!r} for record {i}")
-                groups.setdefault(p, []).append(i)
-            return list(groups.items())
-        available = self._metadata.cluster.available.get(topic, ())
-        sticky = self._sticky
-        if keys is None or self.config.partitioner_ignore_keys:
-            # keyless: consecutive runs of about batch.size bytes per partition (uniform sticky)
-            sizes = [_RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in values]
-            return [(p, range(a, b)) for p, a, b in sticky.runs(topic, sizes, available, num_partitions)]
-        cache = self._hash_cache
-        for i, k in enumerate(keys):
-            if k is not None:
-                h = cache.get(k)
-                if h is None:
-                    h = murmur2(k) & 0x7FFFFFFF
-                    if len(cache) >= _HASH_CACHE_SIZE:
-                        cache.clear()
-                    cache[k] = h
-                p = h % num_partitions
-            else:
-                p = sticky.partition(topic, available, num_partitions)
-                v = values[i]
-                sticky.record_appended(topic, _RECORD_OVERHEAD + (len(v) if v is not None else 0), available,
-                                       num_partitions)
-            groups.setdefault(p, []).append(i)
-        return list(groups.items())
+    @staticmethod
+    def _acknowledge_each(interceptors: Interceptors, segments: List[Any], timestamp: int,
+                          keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]]) -> None:
+        """on_acknowledgement for every record of a send_batch(), when its batch completes."""
+        for batch, first, count, idxs in segments:
+            for j in range(count):
+                i = idxs[j]
+                k, v = keys[i] if keys is not None else None, values[i]
+                fut = FutureRecordMetadata(batch, first + j, timestamp, -1 if k is None else len(k),
+                                           -1 if v is None else len(v))
+                fut.add_callback(interceptors.callback(None, batch.topic, batch.partition))  # type: ignore[arg-type]
 
     def _wait_on_metadata(self, topic: str, partition: Optional[int], max_wait_ms: float) -> int:
         """Block until the topic's partitions are known; return their count. An illegal topic name fails at

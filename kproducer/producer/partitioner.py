@@ -1,13 +1,17 @@
-"""Partitioners: Java-compatible murmur2 for keyed records, uniform sticky (KIP-794) for keyless ones."""
+"""Partitioners: Java-compatible murmur2 for keyed records, uniform sticky (KIP-794) for keyless ones, the
+cluster view a custom partitioner gets, and Java's RoundRobinPartitioner."""
 from __future__ import annotations
 
 import bisect
 import itertools
 import random
 import struct
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..protocol.accel import speedups
+
+if TYPE_CHECKING:
+    from ..network.metadata import Cluster, PartitionInfo
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -133,4 +137,86 @@ class StickyPartitioner:
                 return p
 
 
-__all__: Tuple[str, ...] = ("murmur2", "partition_for_key", "StickyPartitioner", "to_positive")
+class ClusterView:
+    """What a custom partitioner sees of the cluster (the role of Java's Cluster argument): a read-only
+    view of the metadata snapshot the record's partition is chosen from."""
+
+    __slots__ = ("_cluster",)
+
+    def __init__(self, cluster: "Cluster") -> None:
+        self._cluster = cluster
+
+    def partition_count(self, topic: str) -> Optional[int]:
+        """The topic's number of partitions (None when unknown)."""
+        return self._cluster.partition_counts.get(topic)
+
+    def available_partitions(self, topic: str) -> Tuple[int, ...]:
+        """The topic's partitions that have a leader now (Java's availablePartitionsForTopic)."""
+        return self._cluster.available.get(topic, ())
+
+    def partitions(self, topic: str) -> Tuple["PartitionInfo", ...]:
+        """Every partition of the topic with its leader, replicas and ISR (Java's partitionsForTopic)."""
+        return self._cluster.partitions.get(topic, ())
+
+    def leader(self, topic: str, partition: int) -> Optional[int]:
+        """The node id leading the partition (None when it has no leader)."""
+        return self._cluster.leaders.get((topic, partition))
+
+    def __repr__(self) -> str:
+        return f"<ClusterView topics={sorted(self._cluster.partition_counts)}>"
+
+
+#: a custom partitioner in the one shape the producer calls:
+#: (topic, key, key_bytes, value, value_bytes, num_partitions, cluster) -> partition
+PartitionFn = Callable[[str, Any, Optional[bytes], Any, Optional[bytes], int, ClusterView], Any]
+
+
+def partition_fn(spec: Any) -> Optional[PartitionFn]:
+    """The configured partitioner as a :data:`PartitionFn`: an object with Java's
+    ``partition(topic, key, key_bytes, value, value_bytes, cluster)``, or a plain callable
+    ``(topic, key_bytes, value_bytes, num_partitions)``. None: the default (murmur2 / uniform sticky)."""
+    if spec is None:
+        return None
+    method = getattr(spec, "partition", None)
+    if callable(method):
+        java: Callable[..., Any] = method
+
+        def with_cluster(topic: str, key: Any, key_bytes: Optional[bytes], value: Any, value_bytes: Optional[bytes],
+                         num_partitions: int, cluster: ClusterView) -> Any:
+            return java(topic, key, key_bytes, value, value_bytes, cluster)
+
+        return with_cluster
+    plain: Callable[[str, Optional[bytes], Optional[bytes], int], Any] = spec
+
+    def counted(topic: str, key: Any, key_bytes: Optional[bytes], value: Any, value_bytes: Optional[bytes],
+                num_partitions: int, cluster: ClusterView) -> Any:
+        return plain(topic, key_bytes, value_bytes, num_partitions)
+
+    return counted
+
+
+class RoundRobinPartitioner:
+    """Java's RoundRobinPartitioner: every record to the next partition of its topic in turn, keys ignored,
+    over the partitions that have a leader (all of them when none has). ``partitioner.class`` =
+    ``org.apache.kafka.clients.producer.RoundRobinPartitioner`` selects it."""
+
+    def __init__(self) -> None:
+        self._counters: Dict[str, "itertools.count[int]"] = {}
+
+    def partition(self, topic: str, key: Any, key_bytes: Optional[bytes], value: Any, value_bytes: Optional[bytes],
+                  cluster: ClusterView) -> int:
+        counter = self._counters.get(topic)
+        if counter is None:
+            counter = self._counters.setdefault(topic, itertools.count())
+        n = next(counter)
+        available = cluster.available_partitions(topic)
+        if available:
+            return available[n % len(available)]
+        return n % (cluster.partition_count(topic) or 1)
+
+    def close(self) -> None:
+        pass
+
+
+__all__: Tuple[str, ...] = ("ClusterView", "PartitionFn", "RoundRobinPartitioner", "StickyPartitioner", "murmur2",
+                            "partition_fn", "partition_for_key", "to_positive")

@@ -44,7 +44,8 @@ GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 
 #: ``kproducer.*`` options: the sink's own
 _KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "trigger.interval.ms")
-#: fault injection for the sink's own tests (each takes a count)
+#: fault injection for the sink's own tests (each takes a count; and test.kill.driver.after.commits
+#: "<count>:<pid>": the driver's commit SIGKILLs the driver program ``pid`` after that many commits)
 _TEST_OPTIONS = ("test.fail.after.rows", "test.fail.commit.after")
 
 
@@ -137,6 +138,12 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
                 if not text:
                     raise ConfigError(f"option {raw_name!r} is empty: give a prefix or drop the option")
                 prefix = text
+            elif own == "test.kill.driver.after.commits":
+                count, _, pid = text.partition(":")
+                if not (count.isdigit() and pid.isdigit()):
+                    raise ConfigError(f"option {raw_name!r} must be '<commits>:<driver pid>', got {value!r}")
+                faults[own] = int(count)
+                faults["test.kill.driver.pid"] = int(pid)
             elif own == "trigger.interval.ms" or own in _TEST_OPTIONS:
                 try:
                     number = int(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import time
 import uuid
 from collections import deque
@@ -365,6 +366,14 @@ class _Transactions:
             raise _InjectedFault(f"kproducer.test.fail.commit.after={stop_after}: the driver stops after committing "
                                  f"{min(stop_after, len(handles))} of {len(handles)} transactions of {what} "
                                  "(fault injection for tests)")
+        kill_after = self.opts.faults.get("test.kill.driver.after.commits")
+        if kill_after is not None:
+            for m, h in handles[:kill_after]:
+                commit_transaction(h, settings)
+            log.warning("kproducer sink: kproducer.test.kill.driver.after.commits: killing the driver after %d "
+                        "commits", kill_after)
+            os.kill(self.opts.faults["test.kill.driver.pid"], signal.SIGKILL)
+            os._exit(1)
         errors = _parallel([partial(commit_transaction, h, settings) for _m, h in handles])
         failed = [(m, h, e) for (m, h), e in zip(handles, errors) if e is not None]
         # other attempts of the committed tasks (a speculative copy, a crashed run's attempt) may have left a

@@ -285,6 +285,9 @@ class _Task:
             self._reap(block=True)
             handle = prepare_transaction(producer)
         except Exception as e:
+            if opened_at == 0.0:
+                raise self._failure(e, info, f"before a transaction was opened under {txn_id!r}; nothing was "
+                                    "written") from e
             aborted = "the transaction is aborted"
             if producer is not None:
                 try:

@@ -299,3 +299,40 @@ def test_spark_stream_micro_batch_replayed_after_commit_writes_nothing(spark: An
         assert sum(_values(consume, cluster, topic, total, "read_uncommitted").values()) == total
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def test_a_refused_transaction_timeout_fails_the_task_before_writing(cluster: MockCluster, monkeypatch: Any) -> None:
+    """The broker caps transaction.timeout.ms (transaction.max.timeout.ms): InitProducerId is refused and
+    the task fails naming it, with nothing written."""
+    topic = _topic(cluster, "timeout")
+    opts = parse_options({"kafka.bootstrap.servers": cluster.bootstrap_servers, "topic": topic,
+                          "kproducer.guarantee": "exactly_once", "kafka.transaction.timeout.ms": "3600000",
+                          "kafka.max.block.ms": "5000"})
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("value", StringType())])
+    writer = KafkaBatchWriter(opts, check_schema(schema, topic))
+    _as_task(monkeypatch, 0, 0)
+    with pytest.raises(SinkWriteError) as info:
+        writer.write(iter([pa.record_batch([pa.array(["a"])], names=["value"])]))
+    text = str(info.value)
+    assert "INVALID_TRANSACTION_TIMEOUT" in text and "nothing was written" in text, text
+    assert cluster.high_watermark(topic, 0) == 0 and cluster.high_watermark(topic, 1) == 0
+
+
+def test_at_least_once_failed_task_delivers_what_it_queued(cluster: MockCluster, monkeypatch: Any) -> None:
+    """The at-least-once contract for a failing task: the rows queued before the failing one are
+    delivered before the task reports its failure (no timing involved), later ones are not sent."""
+    topic = _topic(cluster, "alos-fail")
+    opts = parse_options({"kafka.bootstrap.servers": cluster.bootstrap_servers, "topic": topic,
+                          "kafka.linger.ms": "60000"})  # nothing would be sent before the flush
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
+    writer = KafkaBatchWriter(opts, check_schema(schema, topic))
+    bad = pa.record_batch([pa.array(["x"]), pa.array([9], pa.int32())], names=["value", "partition"])
+    _as_task(monkeypatch, 0, 0)
+    with pytest.raises(SinkWriteError) as info:
+        writer.write(iter([_rows(0, 30), bad, _rows(30, 60)]))
+    assert "30 rows queued, 30 of them acknowledged before the task failed" in str(info.value)
+    assert cluster.high_watermark(topic, 0) + cluster.high_watermark(topic, 1) == 30

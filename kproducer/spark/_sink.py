@@ -319,7 +319,7 @@ def last_committed_batch(producer: Producer, group: str) -> int:
 _DRIVER_PARALLELISM = 8
 
 
-def _parallel(calls: List[Callable[[], Any]]) -> List[Optional[BaseException]]:
+def _parallel(calls: Sequence[Callable[[], Any]]) -> List[Optional[BaseException]]:
     """Run ``calls`` on a few threads; each one's exception (None: it succeeded)."""
     def run(call: Callable[[], Any]) -> Optional[BaseException]:
         try:
@@ -377,16 +377,20 @@ class _Transactions:
                         "commits", kill_after)
             os.kill(self.opts.faults["test.kill.driver.pid"], signal.SIGKILL)
             os._exit(1)
-        errors = _parallel([partial(commit_transaction, h, settings) for _m, h in handles])
-        failed = [(m, h, e) for (m, h), e in zip(handles, errors) if e is not None]
-        # other attempts of the committed tasks (a speculative copy, a crashed run's attempt) may have left a
-        # transaction open under their own transactional ids: InitProducerId aborts it and fences them
+        # other attempts of these tasks (a speculative copy that lost, a crashed run's attempt) may have left a
+        # transaction open under their own transactional ids: InitProducerId aborts it and fences them. Done
+        # together with the commits (Spark hands commit() only the winning attempts' messages).
         fence = [transactional_id(h.transactional_id.rsplit("-", 2)[0], m.partition_id, k)
-                 for (m, h), e in zip(handles, errors) if e is None for k in range(m.attempt + 2) if k != m.attempt]
-        for tid, e in zip(fence, _parallel([partial(abort_transactional_id, t, settings) for t in fence])):
+                 for m, h in handles for k in range(m.attempt + 2) if k != m.attempt]
+        calls: List[Callable[[], Any]] = [partial(commit_transaction, h, settings) for _m, h in handles]
+        calls += [partial(abort_transactional_id, t, settings) for t in fence]
+        outcomes = _parallel(calls)
+        errors = outcomes[:len(handles)]
+        for tid, e in zip(fence, outcomes[len(handles):]):
             if e is not None:
                 log.warning("kproducer sink: could not abort what %r may have left open (%s: %s); the coordinator "
                             "aborts it after transaction.timeout.ms", tid, type(e).__name__, e)
+        failed = [(m, h, e) for (m, h), e in zip(handles, errors) if e is not None]
         if failed:
             done = sorted(m.partition_id for (m, _h), e in zip(handles, errors) if e is None)
             raise SinkWriteError(

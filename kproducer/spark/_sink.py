@@ -520,7 +520,8 @@ class KafkaSink(DataSource):  # type: ignore[misc]
     Options: ``topic``, and ``kafka.<setting>`` for every producer setting (``kafka.bootstrap.servers``
     required). Batch save mode append only (Spark rejects error/ignore for Python data sources by
     itself; overwrite is refused here); streaming output modes append, update and complete (which
-    re-sends the whole result table each trigger). At-least-once. See docs/spark.md.
+    re-sends the whole result table each trigger). At-least-once, or exactly-once with
+    ``kproducer.guarantee=exactly_once``. See docs/spark.md.
     """
 
     @classmethod

@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PARTITIONS = 6
 SPARK_TASKS = 2
-LABELS = {"sink": "df.write.format('kproducer')", "sink-eos": "  ... kproducer.guarantee=exactly_once",
+LABELS = {"sink": "df.write.format('kproducer')", "sink-eos": "  ... guarantee=exactly_once",
           "send": "foreachPartition + Producer.send()"}
 
 

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import KafkaError, ProducerFencedError, TransactionError, error_for_code
 from ..protocol import messages as m
-from ..protocol.errors import NO_ERROR, error_class_for_code
+from ..protocol.errors import NO_ERROR, UnstableOffsetCommitError, error_class_for_code
 from .kafka_producer import Producer
 from .transaction_manager import (
     CoordinatorKey,
@@ -152,26 +152,40 @@ def abort_transactional_id(transactional_id: str, config: Mapping[str, Any], tim
 
 class OffsetFetchHandler(TxnRequestHandler):
     """OffsetFetch of one group (every partition it has committed offsets for) from its coordinator.
-    An error answer fails only this request, never the producer."""
+    An error answer fails only this request, never the producer.
+
+    It asks for stable offsets (v7+ ``require_stable``, KIP-447): while a transaction that committed
+    offsets of the group is completing, the coordinator answers UNSTABLE_OFFSET_COMMIT and the request is
+    retried, so a commit that just happened is not missed. A transaction that stays open (left by a
+    crashed writer) would keep the offsets unstable until it times out: after ``stable_wait_ms`` the
+    request is sent once more without ``require_stable`` and returns the last committed offsets."""
 
     name = "OffsetFetch"
     api = m.OFFSET_FETCH
 
-    def __init__(self, manager: Any, group_id: str) -> None:
+    def __init__(self, manager: Any, group_id: str, stable_wait_ms: float = 5000.0) -> None:
         super().__init__(manager, TransactionalRequestResult("committed_offsets"))
         self.group_id = group_id
         self.offsets: Dict[TopicPartition, Tuple[int, Optional[str]]] = {}
+        self.require_stable = True
+        self._stable_deadline_ms = manager.clock.monotonic_ms() + stable_wait_ms
 
     def coordinator_key(self) -> Optional[CoordinatorKey]:
         return CoordinatorKey(CoordinatorType.GROUP, self.group_id)
 
     def build(self) -> Dict[str, Any]:
-        return {"group_id": self.group_id, "topics": None, "require_stable": False}
+        return {"group_id": self.group_id, "topics": None, "require_stable": self.require_stable}
 
     def _error(self, code: int, message: Optional[str] = None) -> Outcome:
         cls = error_class_for_code(code)
         if cls.coordinator_moved:
             return Outcome.FIND_COORDINATOR
+        if cls is UnstableOffsetCommitError and self.require_stable \
+                and self.manager.clock.monotonic_ms() >= self._stable_deadline_ms:
+            log.warning("offsets of group %r stayed unstable (a transaction that wrote them is still open); "
+                        "reading the last committed ones", self.group_id)
+            self.require_stable = False
+            return Outcome.RETRY
         if cls.retriable:
             return Outcome.RETRY
         self.result.done(error_for_code(code, message))
@@ -193,14 +207,14 @@ class OffsetFetchHandler(TxnRequestHandler):
         return Outcome.SUCCESS
 
 
-def committed_offsets(producer: Producer, group_id: str,
-                      timeout: Optional[float] = None) -> Dict[TopicPartition, Tuple[int, Optional[str]]]:
+def committed_offsets(producer: Producer, group_id: str, timeout: Optional[float] = None,
+                      stable_wait_ms: float = 5000.0) -> Dict[TopicPartition, Tuple[int, Optional[str]]]:
     """The committed offsets (and metadata) of consumer group ``group_id``, ``{(topic, partition): (offset,
-    metadata)}``, read through a transactional ``producer`` (after ``init_transactions()``, so a commit of
-    this transactional id that was still completing is complete). Transactional offsets of transactions
-    still open are not included."""
+    metadata)}``, read through a transactional ``producer`` (after ``init_transactions()``). Waits up to
+    ``stable_wait_ms`` for transactions that are completing (see :class:`OffsetFetchHandler`); offsets of
+    transactions still open are not included."""
     txn = producer._transactions()
-    handler = OffsetFetchHandler(txn, group_id)
+    handler = OffsetFetchHandler(txn, group_id, stable_wait_ms)
     result = txn.submit(handler)
     producer._sender.wakeup()
     result.wait(producer._block_s(timeout))

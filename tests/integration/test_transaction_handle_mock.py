@@ -101,3 +101,28 @@ def test_misuse_is_refused(cluster: MockCluster) -> None:
         resumed.close(5)
     with pytest.raises(ValueError, match="not a transaction handle"):
         TransactionHandle.from_dict({"producer_id": 1})
+
+
+def test_committed_offsets_waits_for_unstable_offsets_then_reads_the_last_committed(cluster: MockCluster) -> None:
+    """UNSTABLE_OFFSET_COMMIT (a transaction with offsets of the group is completing) is retried; when it
+    persists past stable_wait_ms, the offsets are read without require_stable."""
+    from kproducer.producer.transaction_handle import OffsetFetchHandler
+    from kproducer.protocol.errors import UnstableOffsetCommitError
+
+    handle = _write(cluster, "w-5", range(2), group="progress-5")
+    commit_transaction(handle, {"bootstrap.servers": cluster.bootstrap_servers})
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="reader-5", retry_backoff_ms=10) as p:
+        p.init_transactions(10)
+        cluster.inject_errors("offset_fetch", [UnstableOffsetCommitError.code] * 3)
+        assert committed_offsets(p, "progress-5", 10) == {(TOPIC, 0): (5, "")}
+        assert cluster.pending_errors("offset_fetch") == []
+        for wait_ms, stable_at_the_end in ((60_000.0, True), (0.0, False)):
+            cluster.inject_errors("offset_fetch", [UnstableOffsetCommitError.code])
+            txn = p._transactions()
+            handler = OffsetFetchHandler(txn, "progress-5", stable_wait_ms=wait_ms)
+            result = txn.submit(handler)
+            p._sender.wakeup()
+            result.wait(10)
+            assert handler.offsets == {(TOPIC, 0): (5, "")}
+            assert handler.require_stable is stable_at_the_end
+

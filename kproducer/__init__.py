@@ -12,6 +12,7 @@ from .network.metadata import PartitionInfo  # noqa: E402
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata  # noqa: E402
 from .producer.future import FutureRecordMetadata, RecordMetadata  # noqa: E402
 from .producer.kafka_producer import Producer  # noqa: E402
+from .producer.transaction_handle import TransactionHandle  # noqa: E402
 
 __all__ = ["ConsumerGroupMetadata", "FutureRecordMetadata", "KafkaError", "OffsetAndMetadata", "PartitionInfo",
-           "Producer", "RecordMetadata", "__version__", "errors"]
+           "Producer", "RecordMetadata", "TransactionHandle", "__version__", "errors"]

@@ -1007,6 +1007,56 @@ class TransactionManager:
                     return True
             return False
 
+    # -- a transaction handed from one process to another (kproducer.producer.transaction_handle) -------
+
+    def submit(self, handler: TxnRequestHandler) -> TransactionalRequestResult:
+        """Queue a coordinator request built outside this module (e.g. an OffsetFetch to a group
+        coordinator); the sender sends it like its own. Returns the handler's result."""
+        with self._lock:
+            self._check_not_fatal()
+            self._enqueue(handler)
+            return handler.result
+
+    def hand_over(self) -> Tuple[ProducerIdAndEpoch, List[TopicPartition]]:
+        """Give the open transaction away without ending it: its producer id, epoch and partitions, for
+        another process to commit or abort (:meth:`resume_transaction`). Call after flush(); this producer
+        can then only be closed (closing does not abort a transaction handed over)."""
+        self._require_transactional()
+        with self._lock:
+            self._check_not_fatal()
+            if self._state != State.IN_TRANSACTION:
+                raise TransactionError(f"only an open transaction can be handed over (state {self._state})"
+                                       + (f" after: {self._last_error}" if self._last_error else ""))
+            if self._queue or self._in_flight is not None or self.new_partitions or self.pending_partitions:
+                raise TransactionError("the transaction still has coordinator requests or partitions pending: "
+                                       "flush() the producer before handing the transaction over")
+            handed = self.producer_id_and_epoch, sorted(self.partitions_in_txn)
+            # FATAL_ERROR: nothing more is sent under this epoch, and close() does not abort the transaction
+            self._transition(State.FATAL_ERROR, TransactionError(
+                f"the transaction of producer id {handed[0].producer_id} (epoch {handed[0].epoch}) was handed over "
+                "to be ended elsewhere; this producer can only be closed"))
+            self._pending_result = None
+            return handed
+
+    def resume_transaction(self, producer_id: int, epoch: int, partitions: List[TopicPartition]) -> None:
+        """Take over an open transaction another producer with the same transactional.id handed over
+        (Flink's ``resumeTransaction``): instead of init_transactions(), adopt its producer id and epoch, so
+        that commit_transaction() / abort_transaction() send EndTxn for it."""
+        self._require_transactional()
+        if producer_id < 0 or epoch < 0:
+            raise ValueError(f"producer id and epoch must be >= 0, got {producer_id} and {epoch}")
+        with self._lock:
+            self._check_not_fatal()
+            if self._state != State.UNINITIALIZED:
+                raise TransactionError(f"resume_transaction() needs a fresh producer (state {self._state}); it "
+                                       "replaces init_transactions()")
+            self._transition(State.INITIALIZING)
+            self._idempotence.set_producer_id_and_epoch(ProducerIdAndEpoch(producer_id, epoch))
+            self._transition(State.READY)
+            self._transition(State.IN_TRANSACTION)
+            self.partitions_in_txn.update(partitions)
+            self.transaction_started = True  # EndTxn must reach the coordinator even with no partitions known
+
 
 __all__ = ["CoordinatorKey", "CoordinatorType", "FencedTransactionError", "MAX_EPOCH", "Outcome", "Priority", "State",
            "TransactionManager", "TransactionalRequestResult", "VALID_SOURCES"]

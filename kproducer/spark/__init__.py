@@ -11,8 +11,10 @@
 Columns: ``value`` (required; string or binary), ``key`` (string or binary), ``topic`` (string; the
 ``topic`` option wins), ``partition`` (int; null lets the partitioner choose), ``headers``
 (``array<struct<key:string,value:binary>>``). Options: ``topic`` and ``kafka.<producer setting>``
-(``kafka.bootstrap.servers`` is required). Save mode append. At-least-once: a retried task can write
-its records again. See docs/spark.md.
+(``kafka.bootstrap.servers`` is required). Save mode append. At-least-once by default (a retried task
+can write its records again); ``.option("kproducer.guarantee", "exactly_once")`` writes each task's rows
+in a Kafka transaction that the driver commits, so read_committed consumers see every row exactly once.
+See docs/spark.md.
 
 Needs ``pip install kproducer[spark]`` (pyspark and pyarrow).
 """

@@ -27,13 +27,26 @@ _UNSUPPORTED: Dict[str, str] = {
     "key.serializer": "keys are written as they are: give the key column as string or binary",
     "value.serializer": "values are written as they are: give the value column as string or binary",
     "partitioner": "it needs a Python callable; compute a 'partition' column instead",
-    "transactional.id": ("the sink shares one producer per worker process between tasks, so it cannot "
-                         "use transactions; it writes at-least-once"),
+    "transactional.id": ("the sink chooses the transactional ids itself: use .option('kproducer.guarantee', "
+                         "'exactly_once') (and 'kproducer.transactional.id.prefix' to choose their prefix)"),
     "ssl.context": ("it needs a Python ssl.SSLContext, which a Spark option (a string) cannot carry: give the "
                     "TLS settings as kafka.ssl.* options (e.g. kafka.ssl.truststore.location)"),
     "sasl.oauth.token.provider": ("it needs a Python callable, which a Spark option (a string) cannot carry: use "
                                   "kafka.sasl.mechanism PLAIN or SCRAM-SHA-256/512 with kafka.sasl.jaas.config"),
 }
+
+
+KPRODUCER_PREFIX = "kproducer."
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE = "exactly_once"
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
+
+#: ``kproducer.*`` options: the sink's own
+_KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "trigger.interval.ms")
+#: fault injection for the sink's own tests (each takes a count; and test.kill.driver.after.commits
+#: "<count>:<pid>": the driver's commit SIGKILLs the driver program ``pid`` after that many commits)
+_TEST_OPTIONS = ("test.fail.after.rows", "test.fail.commit.after")
 
 
 class SinkOptions(NamedTuple):
@@ -42,6 +55,19 @@ class SinkOptions(NamedTuple):
     topic: Optional[str]
     #: producer settings by their Java names, values as Spark passed them (strings), plus SINK_DEFAULTS
     settings: Dict[str, str]
+    #: ``kproducer.guarantee``: at_least_once (default) or exactly_once
+    guarantee: str = AT_LEAST_ONCE
+    #: ``kproducer.transactional.id.prefix`` (exactly_once): None = derived from the query id (streams) or
+    #: a new random one per write (batch)
+    transactional_id_prefix: Optional[str] = None
+    #: ``kproducer.trigger.interval.ms`` (exactly_once streams): checked against transaction.timeout.ms
+    trigger_interval_ms: int = 0
+    #: ``kproducer.test.*`` fault injection (tests only)
+    faults: Dict[str, int] = {}
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == EXACTLY_ONCE
 
     @property
     def bootstrap_servers(self) -> str:
@@ -49,7 +75,8 @@ class SinkOptions(NamedTuple):
 
     def __repr__(self) -> str:  # Spark and users may print the options: never the secrets
         shown = {k: (HIDDEN if is_secret(k) else v) for k, v in self.settings.items()}
-        return f"SinkOptions(topic={self.topic!r}, settings={shown!r})"
+        extra = f", guarantee={self.guarantee!r}" if self.exactly_once else ""
+        return f"SinkOptions(topic={self.topic!r}, settings={shown!r}{extra})"
 
 
 def _suggest(name: str) -> str:
@@ -75,6 +102,10 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     topic: Optional[str] = None
     settings: Dict[str, str] = {}
     spelled: Dict[str, str] = {}
+    guarantee = AT_LEAST_ONCE
+    prefix: Optional[str] = None
+    trigger_ms = 0
+    faults: Dict[str, int] = {}
     for raw_name, value in options.items():
         name = raw_name.lower()
         if name.startswith(KAFKA_PREFIX):
@@ -96,6 +127,40 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
                                   f"({java}) with different values; give it once")
             settings[java] = value
             spelled.setdefault(java, raw_name)
+        elif name.startswith(KPRODUCER_PREFIX):
+            own = name[len(KPRODUCER_PREFIX):]
+            text = str(value).strip()
+            if own == "guarantee":
+                guarantee = text.lower().replace("-", "_")
+                if guarantee not in GUARANTEES:
+                    raise ConfigError(f"option {raw_name!r} must be one of {', '.join(GUARANTEES)}, got {value!r}")
+            elif own == "transactional.id.prefix":
+                if not text:
+                    raise ConfigError(f"option {raw_name!r} is empty: give a prefix or drop the option")
+                prefix = text
+            elif own == "test.kill.driver.after.commits":
+                count, _, pid = text.partition(":")
+                if not (count.isdigit() and pid.isdigit()):
+                    raise ConfigError(f"option {raw_name!r} must be '<commits>:<driver pid>', got {value!r}")
+                faults[own] = int(count)
+                faults["test.kill.driver.pid"] = int(pid)
+            elif own == "trigger.interval.ms" or own in _TEST_OPTIONS:
+                try:
+                    number = int(text)
+                except ValueError:
+                    number = -1
+                if number < 0:
+                    raise ConfigError(f"option {raw_name!r} must be a non-negative integer, got {value!r}")
+                if own == "trigger.interval.ms":
+                    trigger_ms = number
+                else:
+                    faults[own] = number
+            else:
+                close = difflib.get_close_matches(name, [KPRODUCER_PREFIX + o for o in _KPRODUCER_OPTIONS],
+                                                  n=1, cutoff=0.6)
+                raise ConfigError(f"unknown option {raw_name!r}: the sink's own options are "
+                                  f"{', '.join(KPRODUCER_PREFIX + o for o in _KPRODUCER_OPTIONS)}"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""))
         elif name == "topic":
             topic = value.strip() if isinstance(value, str) else value
             if not topic:
@@ -129,7 +194,34 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         ProducerConfig(settings)  # every value checked here, on the driver
     except ConfigError as e:
         raise ConfigError(f"invalid kafka.* option: {e}") from None
-    return SinkOptions(topic, settings)
+    if guarantee == EXACTLY_ONCE:
+        _check_exactly_once(settings, trigger_ms)
+    elif prefix is not None or trigger_ms:
+        raise ConfigError("options 'kproducer.transactional.id.prefix' and 'kproducer.trigger.interval.ms' apply "
+                          "to .option('kproducer.guarantee', 'exactly_once') only")
+    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults)
 
 
-__all__ = ["KAFKA_PREFIX", "SINK_DEFAULTS", "SINK_OPTIONS", "SinkOptions", "parse_options"]
+def _check_exactly_once(settings: Dict[str, str], trigger_ms: int) -> None:
+    """Exactly-once writes: transactional producers must be possible with these settings, and a task's
+    transaction must outlive the micro-batch (the trigger interval) plus the driver's commit."""
+    try:
+        cfg = ProducerConfig(dict(settings, **{"transactional.id": "kproducer-spark-check"}))
+    except ConfigError as e:
+        raise ConfigError(f"kproducer.guarantee=exactly_once writes through Kafka transactions, which these "
+                          f"settings do not allow: {e}") from None
+    commit_ms = cfg.request_timeout_ms
+    needed = trigger_ms + commit_ms
+    if cfg.transaction_timeout_ms <= needed:
+        raise ConfigError(
+            f"kafka.transaction.timeout.ms={cfg.transaction_timeout_ms} is too short for exactly-once writes: a "
+            f"task's transaction stays open until the driver commits the micro-batch, so it must exceed the "
+            f"trigger interval (kproducer.trigger.interval.ms={trigger_ms}) plus the commit time "
+            f"(kafka.request.timeout.ms={commit_ms}) = {needed} ms; raise kafka.transaction.timeout.ms above "
+            f"{needed} (the broker caps it at its transaction.max.timeout.ms, 15 minutes by default)")
+    log.info("kproducer sink: exactly-once, transaction.timeout.ms=%d > trigger interval %d ms + commit time %d ms",
+             cfg.transaction_timeout_ms, trigger_ms, commit_ms)
+
+
+__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "GUARANTEES", "KAFKA_PREFIX", "KPRODUCER_PREFIX", "SINK_DEFAULTS",
+           "SINK_OPTIONS", "SinkOptions", "parse_options"]

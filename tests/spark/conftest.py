@@ -37,8 +37,8 @@ def _prepend_path(var: str, path: str) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """local[2], no UI, 2 shuffle partitions; workers run this interpreter (which has pyarrow and
-    kproducer) and bind to 127.0.0.1. ``kproducer`` is registered with kproducer.spark.register()."""
+    """local[2,2] (a failed task is retried once), no UI, 2 shuffle partitions; workers run this
+    interpreter (which has pyarrow and kproducer) and bind to 127.0.0.1. ``kproducer`` is registered with kproducer.spark.register()."""
     saved_env = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
                                                  "PYTHONPATH")}
     auto_dir = tempfile.mkdtemp(prefix="kproducer-spark-")
@@ -55,7 +55,8 @@ def spark() -> Iterator[Any]:
 
     import kproducer.spark
 
-    session = (SparkSession.builder.master("local[2]").appName("kproducer-tests")
+    # local[2, 2]: two cores, and a failed task is tried once more (the exactly-once tests need a retry)
+    session = (SparkSession.builder.master("local[2,2]").appName("kproducer-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.host", "127.0.0.1")
@@ -79,15 +80,17 @@ def spark() -> Iterator[Any]:
 Read = Tuple[int, int, Optional[bytes], Optional[bytes], List[Tuple[str, bytes]]]
 
 
-def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60.0) -> List[Read]:
+def _consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60.0,
+             isolation_level: str = "read_uncommitted") -> List[Read]:
     """Everything in the topic, read with kafka-python: (partition, offset, key, value, headers); waits
-    for ``expected`` records, then a little longer to catch extras."""
+    for ``expected`` records, then a little longer to catch extras. ``isolation_level="read_committed"``
+    leaves out records of aborted transactions (and waits for open ones)."""
     from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False, fetch_max_wait_ms=50, request_timeout_ms=15000,
                              max_partition_fetch_bytes=4 * 1024 * 1024, check_crcs=False,
-                             client_id="kproducer-spark-tests")
+                             client_id="kproducer-spark-tests", isolation_level=isolation_level)
     out: List[Read] = []
 
     def take(polled: Dict[Any, Sequence[Any]]) -> None:

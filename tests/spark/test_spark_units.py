@@ -69,7 +69,7 @@ def test_option_names_are_case_insensitive_and_aliases_work() -> None:
     (dict(BOOT, **{"kafka.acks": "2"}), "acks must be 0, 1 or 'all'"),
     (dict(BOOT, **{"kafka.value.serializer": "x"}), "option 'kafka.value.serializer' is not supported"),
     (dict(BOOT, **{"kafka.partitioner": "x"}), "compute a 'partition' column instead"),
-    (dict(BOOT, **{"kafka.transactional.id": "x"}), "cannot use transactions"),
+    (dict(BOOT, **{"kafka.transactional.id": "x"}), "use .option('kproducer.guarantee', 'exactly_once')"),
     (dict(BOOT, **{"kafka.enable.idempotence": "true", "kafka.acks": "1"}), "requires acks to be all"),
     (dict(BOOT, **{"bootstrap.servers": "h:1"}), "e.g. 'kafka.bootstrap.servers'"),
     (dict(BOOT, topik="t"), "unknown option 'topik'; did you mean 'topic'?"),

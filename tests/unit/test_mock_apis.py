@@ -515,7 +515,7 @@ def test_offset_apis_need_the_coordinator(cluster: MockCluster, clients: Clients
     group = "g2"
     node = clients[1].request(FIND_COORDINATOR, 1, {"key": group, "key_type": 0})["node_id"]
     other = clients[1 if node != 1 else 2]
-    commit = {"group_id": group, "topics": [{"name": "t", "partitions": [
+    commit = {"group_id": group, "member_id": "", "topics": [{"name": "t", "partitions": [
         {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]}]}
     assert other.request(OFFSET_COMMIT, 8, commit)["topics"][0]["partitions"][0]["error_code"] == (
         NotCoordinatorError.code

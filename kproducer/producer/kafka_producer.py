@@ -17,6 +17,7 @@ from ..errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
+    NoBrokersAvailableError,
     ProducerClosedError,
     SerializationError,
     TransactionAbortedError,
@@ -456,7 +457,7 @@ class Producer:
                         f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
                         f"in metadata after {max_wait_ms:.0f} ms (max.block.ms)")
                 errors = self._client.describe_connection_errors()
-                raise KafkaTimeoutError(
+                raise (KafkaTimeoutError if self._client.ever_connected else NoBrokersAvailableError)(
                     f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): it may "
                     "not exist (and auto-creation is off), or no broker is reachable"
                     + (f"; last connection errors: {errors}" if errors else ""))

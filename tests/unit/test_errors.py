@@ -13,6 +13,8 @@ from typing import Dict, FrozenSet, List, Optional, Tuple, Type
 
 import pytest
 
+from kproducer.protocol.schema import SchemaError
+
 import kproducer.errors as public
 import kproducer.protocol.errors as proto
 from kproducer.errors import (
@@ -604,7 +606,8 @@ def test_public_all_is_computed_from_both_modules() -> None:
         name for name, obj in vars(public).items()
         if isinstance(obj, type) and issubclass(obj, KafkaError) and obj.__module__ == public.__name__
     ]
-    assert public.__all__[len(proto.__all__):] == local
+    # and the codec's SchemaError (defined in kproducer.protocol.schema)
+    assert public.__all__[len(proto.__all__):] == local + ["SchemaError"]
 
 
 def test_star_import() -> None:
@@ -612,6 +615,7 @@ def test_star_import() -> None:
     exec("from kproducer.errors import *", namespace)
     assert namespace["UnknownTopicOrPartitionError"] is UnknownTopicOrPartitionError
     assert namespace["KafkaTimeoutError"] is KafkaTimeoutError
+    assert namespace["SchemaError"] is SchemaError
     assert namespace["RecordTooLargeError"] is MessageTooLargeError
     assert "Optional" not in namespace and "_REGISTRY" not in namespace
 

@@ -14,7 +14,7 @@ import difflib
 import logging
 import re
 import ssl
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name

@@ -1,7 +1,7 @@
 """Complete message bodies for codec tests.
 
 The encoder is strict (a missing field without a default is an error), so a test that only cares about
-a few fields fills in the rest, explicitly, with :func:`full_request` / :func:`full_response`: every
+a few fields fills in the rest, explicitly, with :func:`full_response` (:meth:`Api.request_defaults` for a flat request): every
 field the body leaves out, at any depth, gets its default or zero value.
 """
 from __future__ import annotations
@@ -27,10 +27,6 @@ def complete(fields: Sequence[Field], version: int, body: Dict[str, Any]) -> Dic
         elif isinstance(f.type, Struct):
             out[f.name] = complete(f.type.fields, version, value)
     return out
-
-
-def full_request(api: Api, version: int, body: Dict[str, Any]) -> Dict[str, Any]:
-    return complete(api.request_fields, version, body)
 
 
 def full_response(api: Api, version: int, body: Dict[str, Any]) -> Dict[str, Any]:

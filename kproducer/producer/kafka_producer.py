@@ -31,9 +31,9 @@ from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
+from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .partitioner import StickyPartitioner, murmur2
-from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .sender import Sender
 from .transaction_manager import TransactionManager
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 import crcmod.predefined  # type: ignore[import-untyped,unused-ignore]
 
 from .accel import speedups
-from .compression import CODEC_NONE, CODEC_NAMES, check_codec_available, compress, decompress
+from .compression import CODEC_NAMES, CODEC_NONE, check_codec_available, compress, decompress
 from .errors import ProtocolError
 
 __all__ = [

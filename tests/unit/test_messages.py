@@ -26,7 +26,7 @@ from kproducer.protocol.messages import (
 )
 from kproducer.protocol.messages.api_versions import UNSUPPORTED_VERSION, decode_api_versions
 from kproducer.protocol.schema import Api, SchemaError
-from tests.protocol_bodies import full_request, full_response
+from tests.protocol_bodies import full_response
 
 MAX = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
@@ -307,7 +307,7 @@ def test_framed_roundtrip(name: str, version: int) -> None:
 def test_default_bodies_decode_to_defaults() -> None:
     # encoding request_defaults()/response_defaults() writes every field's default; decoding gives them
     # all back
-    for name, (api, req_spec, resp_spec) in SPECS.items():
+    for api, req_spec, resp_spec in SPECS.values():
         for v in range(api.min_version, api.max_version + 1):
             req = api.decode_request(v, api.encode_request(v, api.request_defaults(v)))
             assert set(req) == set(req_spec)
@@ -802,7 +802,7 @@ def _decode(api: Api, version: int, kind: str, data: bytes) -> Dict[str, Any]:
 def test_truncated_bodies_raise_protocol_error_at_every_length() -> None:
     deadline = time.monotonic() + 60
     checked = 0
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         assert len(data) > 0 or kind == "request"
         for n in range(len(data)):
             with pytest.raises(ProtocolError):
@@ -822,7 +822,7 @@ def test_truncated_frames_raise_protocol_error_at_every_length() -> None:
 
 
 def test_trailing_garbage_raises_protocol_error() -> None:
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         for junk in (b"\x00", b"\xff\xff", b"garbage"):
             with pytest.raises(ProtocolError):
                 _decode(api, v, kind, data + junk)
@@ -833,7 +833,7 @@ def test_trailing_garbage_raises_protocol_error() -> None:
 def test_corrupted_lengths_raise_protocol_error() -> None:
     # flip every byte of a few encodings to 0xff / 0x7f: either a clean decode or a ProtocolError, never
     # another exception (IndexError, struct.error, MemoryError ...)
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         if v not in (api.min_version, api.max_version):
             continue
         for i in range(len(data)):

@@ -25,9 +25,8 @@ from kproducer.protocol.errors import (
     RequestTimedOutError,
 )
 from kproducer.protocol.messages import API_VERSIONS, METADATA
-
-from mock_cli import ServeInBackground
-from test_mock_apis import batch, fetch, produce
+from tests.mock_cli import ServeInBackground
+from tests.unit.mock_wire import batch, fetch, produce
 
 
 def mock_threads() -> list:
@@ -45,7 +44,7 @@ def test_lifecycle_and_addresses() -> None:
     before = len(mock_threads())
     cluster = MockCluster(3, num_processors=2, num_handlers=3)
     with pytest.raises(RuntimeError):
-        cluster.bootstrap_servers
+        _ = cluster.bootstrap_servers
     with cluster:
         servers = cluster.bootstrap_servers.split(",")
         assert len(servers) == 3 and all(s.startswith("127.0.0.1:") for s in servers)

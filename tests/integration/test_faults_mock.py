@@ -603,7 +603,10 @@ def test_leaderless_partitions_wait_for_the_broker_to_return() -> None:
             on_stopped = [i for i in second if i not in on_live]
             for i in on_live:
                 assert sent.futures[i].exception(WAIT) is None
-            time.sleep(0.3)
+            # once the producer's metadata shows those partitions without a leader, their records can only wait
+            stopped = {sent.partitions[i] for i in on_stopped}
+            wait_until(lambda: all(p.leader == -1 for p in producer.partitions_for(TOPIC) if p.partition in stopped),
+                       what="the producer to see the stopped broker's partitions without a leader")
             assert not any(sent.futures[i].done() for i in on_stopped), "no leader: they wait"
             cluster.start_broker(2)
             producer.flush(WAIT)

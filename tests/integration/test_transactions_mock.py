@@ -366,7 +366,7 @@ def test_abort_with_records_still_queued(cluster: MockCluster) -> None:
         producer.init_transactions()
         producer.begin_transaction()
         queued = sent.send_many(producer, "queued", 24)
-        time.sleep(0.05)
+        # (a precondition, not a wait: linger.ms of a minute keeps them queued until the abort)
         assert not any(f.done() for f in sent.futures), "linger.ms keeps them queued"
         producer.abort_transaction()
         for i in queued:

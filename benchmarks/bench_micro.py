@@ -27,9 +27,9 @@ import pytest
 
 from kproducer import Producer
 from kproducer.mock import MockCluster
+from kproducer.producer import partitioner
 from kproducer.producer.accumulator import RecordAccumulator
 from kproducer.producer.buffer_pool import BufferPool
-from kproducer.producer import partitioner
 from kproducer.protocol import records as rec
 from kproducer.protocol.accel import speedups
 

@@ -55,8 +55,7 @@ class Broker:
         self._tansu: Any = None
         self._mock: Any = None
         if kind == "tansu":
-            sys.path.insert(0, os.path.join(REPO, "tests"))
-            from tansu import Tansu  # type: ignore[import-not-found]  # tests/tansu.py
+            from tests.tansu import Tansu  # REPO is on sys.path (above)
 
             self._tansu = Tansu().start()
             self.bootstrap = self._tansu.bootstrap
@@ -228,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 broker.create_topic(topic)
                 label = LABELS[name]
                 try:
-                    results[name].append(timed(label, args.rows, lambda: run(df, topic)))
+                    results[name].append(timed(label, args.rows, lambda run=run, topic=topic: run(df, topic)))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
                     cause = [ln for ln in str(e).splitlines() if "Error" in ln][-1:] or [type(e).__name__]
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)

@@ -378,8 +378,9 @@ def wire_bytes(bootstrap: str, topic: str) -> Optional[Tuple[int, int]]:
 
 def tls_unavailable() -> Optional[str]:
     """Why the TLS rows cannot run here (None when they can)."""
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    from stunnel import STUNNEL_MISSING, stunnel_binary  # type: ignore[import-not-found]  # tests/stunnel.py
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)  # the tests package's helpers
+    from tests.stunnel import STUNNEL_MISSING, stunnel_binary
 
     if stunnel_binary() is None:
         return str(STUNNEL_MISSING)
@@ -601,8 +602,9 @@ def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, b
 
 
 def parent_main(args: argparse.Namespace) -> int:
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    from tansu import Tansu, topic_name  # type: ignore[import-not-found]  # tests/tansu.py
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)  # the tests package's helpers
+    from tests.tansu import Tansu, topic_name
 
     runs_by_size: List[Tuple[int, int]] = []
     if args.n100 > 0:
@@ -650,7 +652,7 @@ def parent_main(args: argparse.Namespace) -> int:
             out.append(f"### 100 B records over TLS: skipped ({why_not})")
             results["tls_skipped"] = why_not
         else:
-            from stunnel import TlsTansu  # type: ignore[import-not-found]  # tests/stunnel.py
+            from tests.stunnel import TlsTansu
 
             with TlsTansu() as tls:
                 print(f"TLS: stunnel on {tls.bootstrap} in front of tansu on {tls.plaintext_bootstrap}",

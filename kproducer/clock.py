@@ -6,16 +6,10 @@ import threading
 import time
 from typing import Optional
 
-
 #: the longest single wait, in seconds: Java LONG timeouts (``max.block.ms=9223372036854775807``) are
 #: longer than threading can wait (OverflowError); waits are cut to this and loop on their deadline
 MAX_WAIT_S = min(threading.TIMEOUT_MAX, 86400.0 * 365)
 _WAIT_MAX_S = MAX_WAIT_S
-
-
-def wait_seconds(timeout_ms: float) -> float:
-    """``timeout_ms`` as seconds for a threading wait: at least 0, at most :data:`MAX_WAIT_S`."""
-    return min(max(0.0, timeout_ms) / 1000.0, MAX_WAIT_S)
 
 
 class Clock:

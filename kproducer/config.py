@@ -14,7 +14,7 @@ import difflib
 import logging
 import re
 import ssl
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
@@ -22,8 +22,6 @@ from .protocol.sasl import SUPPORTED_MECHANISMS
 from .serialization import check_serializer, load_object
 
 log = logging.getLogger(__name__)
-
-Serializer = Callable[[Any], Optional[bytes]]
 
 _INT_MAX = 2147483647
 _INT_MIN = -(1 << 31)

@@ -16,6 +16,7 @@ from typing import List, Optional
 from .protocol import errors as _protocol_errors
 from .protocol.errors import *  # noqa: F401,F403
 from .protocol.errors import AuthenticationError, KafkaError
+from .protocol.schema import SchemaError
 
 # __all__ is computed at the end of the module: kproducer.protocol.errors's (a literal list, which mypy
 # follows through the `+=` below) and every error class defined here.
@@ -110,15 +111,26 @@ class SerializationError(KafkaError, TypeError):
 
 
 class KafkaConnectionError(KafkaError):
-    """A broker could not be reached, or the connection to it was lost. Retriable."""
+    """The base of the errors that mean no broker could be reached. Retriable.
+
+    The producer raises it only as :class:`NoBrokersAvailableError`. A connection lost under a request
+    is not raised at all: the request fails with :class:`NetworkError` (Kafka's NETWORK_EXCEPTION, as
+    in Java's client), which the producer retries until ``delivery.timeout.ms``, so the record's
+    future fails with that, or with :class:`KafkaTimeoutError`. kafka-python has the same name.
+    """
 
     name = "CONNECTION_ERROR"
     retriable = True
     default_message = "Could not connect to the broker, or the connection was lost."
 
 
-class NoBrokersAvailableError(KafkaConnectionError):
-    """None of the brokers (``bootstrap.servers`` or known from metadata) could be reached."""
+class NoBrokersAvailableError(KafkaTimeoutError, KafkaConnectionError):
+    """``max.block.ms`` expired while waiting for metadata and no broker (``bootstrap.servers`` or
+    known from metadata) was ever reached: the most likely cause of the timeout is a wrong address or
+    a broker that is down, not a missing topic. A :class:`KafkaTimeoutError` (what Java's client raises
+    in this case, ``TimeoutException``), so handlers of timeouts keep working; the message gives the
+    last connection error of each broker. kafka-python raises ``NoBrokersAvailable`` at the same point
+    (its producer connects in the constructor)."""
 
     name = "NO_BROKERS_AVAILABLE"
     default_message = (
@@ -188,3 +200,4 @@ def _client_side_error_names() -> List[str]:
 __all__: List[str] = []
 __all__ += _protocol_errors.__all__
 __all__ += _client_side_error_names()
+__all__ += ["SchemaError"]

@@ -34,7 +34,7 @@ import tempfile
 import time
 from typing import Any, List, Optional
 
-from tansu import Tansu, free_port
+from tests.tansu import Tansu, free_port
 
 
 def stunnel_binary() -> Optional[str]:

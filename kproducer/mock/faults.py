@@ -22,7 +22,6 @@ from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from ..protocol.messages import APIS
 
-
 #: the kinds of broken responses :meth:`FaultInjector.corrupt_responses` can send
 CORRUPTIONS = ("garbled", "oversized")
 

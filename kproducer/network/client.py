@@ -184,6 +184,8 @@ class NetworkClient:
         self._auth_failures: Dict[int, AuthenticationError] = {}  # not yet taken by the producer
         #: "host:port" -> why the last connection to it failed (for error messages that explain timeouts)
         self.last_errors: Dict[str, str] = {}
+        #: True once any broker connection became READY (a timeout before that is NoBrokersAvailableError)
+        self.ever_connected = False
         #: sum of the throttle times brokers asked for (KIP-219), for metrics
         self.throttle_time_ms_total = 0
         self.closed = False
@@ -538,6 +540,7 @@ class NetworkClient:
         self._connect_started.pop(node_id, None)
         self._setup_timeouts.pop(node_id, None)
         self.states.ready(node_id)
+        self.ever_connected = True
         self.metadata.authentication_succeeded()
         addr = self._node_addresses.get(node_id)
         if addr is not None:

@@ -39,9 +39,6 @@ class ClusterConnectionStates:
         self._backoff = backoff or ExponentialBackoff(reconnect_backoff_ms, reconnect_backoff_max_ms, 0.2)
         self._nodes: Dict[int, _NodeState] = {}
 
-    def _get(self, node_id: int) -> Optional[_NodeState]:
-        return self._nodes.get(node_id)
-
     def state(self, node_id: int) -> str:
         n = self._nodes.get(node_id)
         return n.state if n else ConnectionState.DISCONNECTED

@@ -349,7 +349,7 @@ class RecordAccumulator:
     def _insert_in_sequence_order(dq: Deque[ProducerBatch], batch: ProducerBatch) -> None:
         # retried batches sit at the head ordered by sequence; new (unsequenced) batches follow
         i = 0
-        for i, other in enumerate(dq):
+        for i, other in enumerate(dq):  # noqa: B007 (i is used after the loop)
             if not other.has_sequence() or other.base_sequence > batch.base_sequence:
                 break
         else:
@@ -398,7 +398,7 @@ class RecordAccumulator:
                 # the parts take the big batch's place in sequence order (they get its sequences next): with
                 # several batches in flight, a later batch may have been split and queued first
                 i = 0
-                for i, other in enumerate(dq):
+                for i, other in enumerate(dq):  # noqa: B007 (i is read after the loop)
                     if not other.has_sequence() or other.base_sequence > batch.base_sequence:
                         break
                 else:

@@ -31,7 +31,7 @@ with the same helpers for its error messages, and the tests run every invalid in
 from __future__ import annotations
 
 import logging
-from typing import (TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import (
     BrokerResponseError,
@@ -41,7 +41,7 @@ from ..errors import (
 )
 from ..protocol.records import RecordBatchBuilder
 from ..serialization import SerializeFn, serialize_fn
-from .interceptors import Interceptors, ProducerRecord
+from .interceptors import Interceptors
 from .partitioner import ClusterView, PartitionFn, StickyPartitioner, murmur2, partition_fn
 
 if TYPE_CHECKING:
@@ -207,10 +207,6 @@ class RecordAdmission:
 
     # -- one record ------------------------------------------------------------------------------
 
-    def intercept(self, record: ProducerRecord) -> ProducerRecord:
-        assert self.interceptors is not None
-        return self.interceptors.on_send(record)
-
     def serialize(self, topic: str, key: Any, value: Any, headers: Any
                   ) -> Tuple[Optional[bytes], Optional[bytes], Optional[List[Header]]]:
         """Steps 3 and 4: key and value bytes, and the headers list (a serializer may add headers)."""
@@ -231,13 +227,6 @@ class RecordAdmission:
         return MessageTooLargeError(
             f"{which} is {bound} bytes when serialized, which is larger than {self.size_setting} "
             f"({self.max_request_size}); raise that setting or send a smaller record")
-
-    def check_size(self, key: Optional[bytes], value: Optional[bytes], headers: Optional[Sequence[Header]]) -> int:
-        """Step 7 for one record; returns its size (:func:`record_size`)."""
-        size = record_size(key, value, headers)
-        if size + BOUND_EXTRA > self.max_request_size:
-            raise self.too_large(size + BOUND_EXTRA)
-        return size
 
     def key_hash(self, key: bytes) -> int:
         """The key's positive murmur2 hash, through the cache."""

@@ -16,6 +16,7 @@ from ..errors import (
     AuthenticationError,
     KafkaError,
     KafkaTimeoutError,
+    NoBrokersAvailableError,
     ProducerClosedError,
     ProducerForkedError,
     TransactionAbortedError,
@@ -26,9 +27,8 @@ from ..network.metadata import Metadata, PartitionInfo
 from ..network.selector import Selector
 from ..protocol.topic import check_topic_name
 from ..security import channel_security
+from . import lifecycle
 from .accumulator import RecordAccumulator
-from .buffer_pool import BufferPool
-from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .admission import (
     BOUND_EXTRA,
     FUTURE_ERRORS,
@@ -44,11 +44,12 @@ from .admission import (
     key_hash_miss,
     record_size,
 )
-from .partitioner import StickyPartitioner
-from .interceptors import Interceptors, ProducerRecord, failure_metadata
+from .buffer_pool import BufferPool
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from . import lifecycle
+from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
+from .interceptors import Interceptors, ProducerRecord, failure_metadata
 from .metrics import Metric, ProducerMetrics
+from .partitioner import StickyPartitioner
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -433,7 +434,7 @@ class Producer:
                         f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
                         f"in metadata after {max_wait_ms:.0f} ms (max.block.ms)")
                 errors = self._client.describe_connection_errors()
-                raise KafkaTimeoutError(
+                raise (KafkaTimeoutError if self._client.ever_connected else NoBrokersAvailableError)(
                     f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): it may "
                     "not exist (and auto-creation is off), or no broker is reachable"
                     + (f"; last connection errors: {errors}" if errors else ""))

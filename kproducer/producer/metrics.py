@@ -461,25 +461,6 @@ class ProducerMetrics:
             if exhausted:
                 self._exhausted.record(1, now)
 
-    # the former SenderMetrics API
-    def record_request(self, batches: int, records: int) -> None:
-        now = self.clock.monotonic_ms()
-        with self._lock:
-            self._records_per_request.record(records, now)
-            self.requests += 1
-            self.batches_sent += batches
-            self.records_sent += records
-
-    def record_latency(self, ms: float) -> None:
-        now = self.clock.monotonic_ms()
-        with self._lock:
-            self._latency.record(ms, now)
-            self._responses.record(1, now)
-            self.responses += 1
-
-    def record_error(self, records: int) -> None:
-        self.record_errors(None, records)
-
     # -- reading ---------------------------------------------------------------------------------------
 
     def _producer_values(self, now: float) -> Dict[str, float]:

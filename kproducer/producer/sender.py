@@ -433,7 +433,7 @@ class Sender(threading.Thread):
     def _expired_in_flight_batches(self, now: float) -> List[ProducerBatch]:
         timeout = self.accumulator.delivery_timeout_ms
         expired = []
-        for tp, batches in self._in_flight_batches.items():
+        for batches in self._in_flight_batches.values():
             while batches and batches[0].has_reached_delivery_timeout(timeout, now):
                 b = batches.pop(0)
                 if not b.is_done():

@@ -528,10 +528,6 @@ class TransactionManager:
     def is_in_transaction(self) -> bool:
         return self._state == State.IN_TRANSACTION
 
-    def has_ongoing_transaction(self) -> bool:
-        return self._state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION,
-                               State.ABORTABLE_ERROR)
-
     def can_bump_epoch(self) -> bool:
         return self.coordinator_supports_epoch_bump
 

@@ -1,12 +1,17 @@
 /*
  * Optional compiled accelerator for kproducer's per-record hot path.
  *
- * Everything here has a pure-Python twin (kproducer/protocol/records.py, kproducer/producer/partitioner.py)
- * that produces identical bytes; the Python modules pick this module when it imported and
- * KPRODUCER_PURE_PYTHON is not set. Functions:
- *   append_record(buf, limit, offset_delta, timestamp_delta, key, value, headers) -> int
- *   murmur2(data) -> int                       (Kafka's murmur2, signed 32-bit)
- *   crc32c(data, crc=0) -> int                 (Castagnoli; SSE4.2 when the CPU has it)
+ * Everything here has a pure-Python twin that behaves the same (identical bytes, same attributes); the
+ * Python modules pick this module when it imported and KPRODUCER_PURE_PYTHON is not set
+ * (kproducer/protocol/accel.py). Types:
+ *   RecordsBuffer(capacity)   base class of records.RecordBatchBuilder: the encoded records of one batch,
+ *                             try_append(timestamp_ms, key, value, headers) and extend(...) encode records
+ *                             (twin: records._RecordsBufferPy)
+ *   FutureBase(...)           base class of future.FutureRecordMetadata: the per-record fields
+ *                             (twin: future._FutureFieldsPy)
+ * Functions:
+ *   murmur2(data) -> int                       (Kafka's murmur2, signed 32-bit; twin: partitioner._murmur2_py)
+ *   crc32c(data, crc=0) -> int                 (Castagnoli; SSE4.2 when the CPU has it; twin: crcmod)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -186,30 +191,6 @@ done:
     release_blob(&key);
     release_blob(&value);
     return result;
-}
-
-/*
- * append_record(buf: bytearray, limit: int, offset_delta: int, timestamp_delta: int,
- *               key, value, headers) -> int   (do_append as a function)
- */
-static PyObject *append_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "append_record takes 7 arguments");
-        return NULL;
-    }
-    if (!PyByteArray_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "buf must be a bytearray");
-        return NULL;
-    }
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred()) return NULL;
-    long long offset_delta = PyLong_AsLongLong(args[2]);
-    if (offset_delta == -1 && PyErr_Occurred()) return NULL;
-    long long ts_delta = PyLong_AsLongLong(args[3]);
-    if (ts_delta == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t n = do_append(args[0], limit, offset_delta, ts_delta, args[4], args[5], args[6]);
-    if (n == -2) return NULL;
-    return PyLong_FromSsize_t(n);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -590,9 +571,6 @@ static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
-    {"append_record", (PyCFunction)(void (*)(void))append_record, METH_FASTCALL,
-     "append_record(buf, limit, offset_delta, timestamp_delta, key, value, headers) -> bytes appended "
-     "(0: did not fit, -1: use the Python encoder)"},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
     {NULL, NULL, 0, NULL},

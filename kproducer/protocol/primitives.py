@@ -81,7 +81,7 @@ def decode_unsigned_varint(
     shift = 0
     if end is None or end > len(buf):
         end = len(buf)
-    for i in range(max_bytes):
+    for _ in range(max_bytes):
         if pos >= end:
             raise ProtocolError(f"truncated varint at offset {pos}")
         b = buf[pos]

@@ -34,12 +34,12 @@ import logging
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import crcmod.predefined  # type: ignore[import-untyped,unused-ignore]
 
 from .accel import speedups
-from .compression import CODEC_NONE, CODEC_NAMES, check_codec_available, compress, decompress
+from .compression import CODEC_NAMES, CODEC_NONE, check_codec_available, compress, decompress
 from .errors import ProtocolError
 
 __all__ = [
@@ -80,7 +80,6 @@ Header = Tuple[str, Optional[bytes]]
 # --------------------------------------------------------------------------------------------
 
 _crc32c_fun = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
-_append_record: Any = speedups.append_record if speedups is not None else None
 
 #: True when crcmod's C extension computes the CRC (the pure-Python fallback is ~100x slower)
 CRC_EXTENSION_IN_USE: bool = bool(
@@ -334,7 +333,7 @@ class RecordBatchBuilder(_RecordsBase):
     Records are encoded when appended (uncompressed); :meth:`build` compresses the records section
     once and caches it, so rebuilding with another producer id / epoch / sequence (a retry after
     an epoch bump) only redoes the 61-byte header and the CRC.  Not thread-safe: the caller
-    serialises appends and builds (the accumulator holds a lock per partition deque).
+    serialises appends and builds (the accumulator appends and drains under its one lock).
     """
 
     __slots__ = ("compression", "compression_level", "_section", "_section_count")

@@ -5,9 +5,16 @@ they exist in, nullable versions, tagged fields, flexible versions). From that d
 compiles, for one version, an encoder (``dict`` -> bytes) and a decoder (bytes -> ``dict``). Field names
 are snake_case. Decoding fills every field of the schema: fields the version lacks get their default, so
 callers can read ``resp["log_start_offset"]`` whatever version was spoken.
+
+Encoding is strict, so a typo cannot reach the wire as a zero: a key that is no field of the message (in
+any version) raises :class:`SchemaError` naming the closest field, and so does a missing field that the
+version has and that has no default. Fields with a default may be left out: tagged fields, fields declared
+with ``default=`` (``default=None`` for an optional nullable field, as Kafka's ``"default": "null"``), and
+fields the version does not have (a body may carry them for other versions; they are not written).
 """
 from __future__ import annotations
 
+import difflib
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -20,6 +27,26 @@ Versions = Tuple[int, int]
 
 MAX_VERSION = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
+
+
+class _Missing:
+    """The type of :data:`MISSING`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: ``Field(default=MISSING)`` (the default): the field has no declared default, so encoding a body
+#: without it is an error in every version that has the field (decoding still fills a zero value)
+MISSING: Any = _Missing()
+
+
+class SchemaError(ProtocolError, ValueError):
+    """A message body does not match its schema at encode time: a key that is no field of the message
+    (the message names the closest field), or a field without a default left out. A bug in the code
+    that built the body, never a broker's fault; a ``ValueError`` too."""
 
 _SCALARS = ("int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "bool", "uuid")
 _LENGTHED = ("string", "bytes", "records")
@@ -56,7 +83,11 @@ FieldType = Union[str, Struct, List["Field"]]
 
 class Field:
     """One field of a message: ``type`` is a primitive name (``"int32"``, ``"string"``, ``"records"``,
-    ``"[]int32"`` ...), a :class:`Struct`, or a list of fields (an array of structs)."""
+    ``"[]int32"`` ...), a :class:`Struct`, or a list of fields (an array of structs).
+
+    ``default``: the value an encoder writes when a body leaves the field out (``None`` for an optional
+    nullable field). Without one (:data:`MISSING`) the field is required in the versions that have it;
+    tagged fields need none (they are omitted when at their zero value)."""
 
     __slots__ = ("name", "type", "versions", "nullable", "tag", "tagged_versions", "default")
 
@@ -69,7 +100,7 @@ class Field:
         nullable: str = "none",
         tag: Optional[int] = None,
         tagged_versions: Optional[str] = None,
-        default: Any = None,
+        default: Any = MISSING,
     ) -> None:
         self.name = name
         self.type = type
@@ -80,7 +111,9 @@ class Field:
         self.default = default
 
     def default_value(self, version: int) -> Any:
-        if self.default is not None:
+        """The declared default, or else the zero value of the type (what a decoder fills in for a
+        field the version lacks)."""
+        if self.default is not MISSING:
             return self.default
         t = self.type
         if isinstance(t, list) or (isinstance(t, str) and t.startswith("[]")):
@@ -174,14 +207,16 @@ def _array(item_enc: Encoder, item_dec: Decoder, flexible: bool, nullable: bool,
     return enc, dec
 
 
-def _type_codec(t: FieldType, version: int, flexible: bool, nullable: bool, name: str) -> Tuple[Encoder, Decoder]:
+def _type_codec(
+    t: FieldType, version: int, flexible: bool, nullable: bool, name: str, where: str = ""
+) -> Tuple[Encoder, Decoder]:
     if isinstance(t, list):
-        se, sd = compile_struct(t, version, flexible)
+        se, sd = compile_struct(t, version, flexible, where=f"{where}, in {name}[]")
         return _array(se, sd, flexible, nullable, name)
     if isinstance(t, Struct):
-        return compile_struct(t.fields, version, flexible)
+        return compile_struct(t.fields, version, flexible, where=f"{where}, in {name}")
     if t.startswith("[]"):
-        ie, idec = _type_codec(t[2:], version, flexible, False, name)
+        ie, idec = _type_codec(t[2:], version, flexible, False, name, where)
         return _array(ie, idec, flexible, nullable, name)
     if t in _SCALARS:
         return _scalar(t)
@@ -203,8 +238,36 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-def compile_struct(fields: Sequence[Field], version: int, flexible: bool) -> Tuple[Encoder, Decoder]:
-    """Compile an encoder and a decoder of ``fields`` at ``version``."""
+def _unknown_fields(value: Dict[str, Any], known: Sequence[str], version: int, where: str) -> SchemaError:
+    """The error for keys of ``value`` that are not in ``known`` (the slow path: only on error)."""
+    problems = []
+    for key in value:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"{key!r}{hint}")
+    return SchemaError(
+        f"{where}: unknown field {', '.join(problems)}; "
+        f"the fields are {', '.join(repr(k) for k in known)}"
+    )
+
+
+def _wrap(e: Exception, name: str) -> Exception:
+    """A primitive's TypeError/ValueError with the field's name in front (a SchemaError from a nested
+    struct already names its place and passes unchanged)."""
+    if isinstance(e, SchemaError):
+        return e
+    # (not type(e)(...): subclasses such as UnicodeEncodeError take other constructor arguments)
+    return (TypeError if isinstance(e, TypeError) else ValueError)(f"field {name!r}: {e}")
+
+
+def compile_struct(
+    fields: Sequence[Field], version: int, flexible: bool, *, where: str = ""
+) -> Tuple[Encoder, Decoder]:
+    """Compile an encoder and a decoder of ``fields`` at ``version``. ``where`` names the message (and
+    the path to a nested struct, ``"Produce v9 request, in topic_data[]"``) in encoding errors."""
+    where = where or f"message v{version}"
     regular: List[Tuple[str, Encoder, Decoder, Any]] = []
     tagged: Dict[int, Tuple[str, Encoder, Decoder, Any]] = {}
     absent: Dict[str, Any] = {}
@@ -216,28 +279,40 @@ def compile_struct(fields: Sequence[Field], version: int, flexible: bool) -> Tup
         if not present:
             absent[f.name] = f.default_value(version)
             continue
-        enc, dec = _type_codec(f.type, version, flexible, _in(version, f.nullable), f.name)
-        entry = (f.name, enc, dec, f.default_value(version))
+        enc, dec = _type_codec(f.type, version, flexible, _in(version, f.nullable), f.name, where)
         if is_tagged:
             assert f.tag is not None
-            tagged[f.tag] = entry
+            tagged[f.tag] = (f.name, enc, dec, f.default_value(version))
         else:
-            regular.append(entry)
+            # MISSING (no declared default) makes the encoder refuse a body without the field
+            regular.append((f.name, enc, dec, f.default))
     tag_order = sorted(tagged)
+    # every name of the message in any version: a body built for several versions may carry fields
+    # this version lacks, but a key outside this set is a typo
+    known = frozenset(f.name for f in fields)
+    known_list = [f.name for f in fields]
     # Defaults that are lists or dicts must not be shared between decoded messages (a caller mutating
     # one response would otherwise change every later one): those are deep-copied per decode.
     absent_mutable = [name for name, v in absent.items() if isinstance(v, (list, dict))]
     tagged_defaults = [(tagged[t][0], tagged[t][3], isinstance(tagged[t][3], (list, dict))) for t in tag_order]
 
     def encode(out: bytearray, value: Dict[str, Any]) -> None:
+        if not known.issuperset(value):
+            if not isinstance(value, dict):
+                raise TypeError(f"{where}: expected a dict, got {type(value).__name__}")
+            raise _unknown_fields(value, known_list, version, where)
         get = value.get
         for name, enc, _dec, default in regular:
             v = get(name, default)
+            if v is MISSING:
+                raise SchemaError(
+                    f"{where}: field {name!r} is missing "
+                    "(it has no default: give it a value)"
+                )
             try:
                 enc(out, v)
             except (TypeError, ValueError) as e:
-                # (not type(e)(...): subclasses such as UnicodeEncodeError take other constructor arguments)
-                raise (TypeError if isinstance(e, TypeError) else ValueError)(f"field {name!r}: {e}") from None
+                raise _wrap(e, name) from None
         if flexible:
             extra: List[Tuple[int, bytes]] = []
             for tag in tag_order:
@@ -249,9 +324,7 @@ def compile_struct(fields: Sequence[Field], version: int, flexible: bool) -> Tup
                 try:
                     enc(buf, v)
                 except (TypeError, ValueError) as e:
-                    raise (TypeError if isinstance(e, TypeError) else ValueError)(
-                        f"field {name!r}: {e}"
-                    ) from None
+                    raise _wrap(e, name) from None
                 extra.append((tag, bytes(buf)))
             p.write_tagged_fields(out, extra)
 
@@ -325,7 +398,8 @@ class Api:
                     f"{self.name} v{version} is not implemented (supported: v{self.min_version}-v{self.max_version})"
                 )
             fields = self.request_fields if kind == "request" else self.response_fields
-            codec = compile_struct(fields, version, self.is_flexible(version))
+            where = f"{self.name} v{version} {kind}"
+            codec = compile_struct(fields, version, self.is_flexible(version), where=where)
             self._cache[key] = codec
         return codec
 
@@ -346,7 +420,13 @@ class Api:
         return _decode_all(self._codec("response", version)[1], data, pos, f"{self.name} v{version} response")
 
     def request_defaults(self, version: int) -> Dict[str, Any]:
+        """A request body with every field of ``version`` at its default or zero value: a base to fill
+        in when leaving most fields at zero is what is meant (the encoder refuses missing fields)."""
         return _defaults(self.request_fields, version)
+
+    def response_defaults(self, version: int) -> Dict[str, Any]:
+        """The response twin of :meth:`request_defaults`."""
+        return _defaults(self.response_fields, version)
 
 
 def _decode_all(dec: Decoder, data: bytes, pos: int, what: str) -> Dict[str, Any]:

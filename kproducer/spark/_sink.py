@@ -364,14 +364,14 @@ class _Transactions:
         settings = self.opts.settings
         stop_after = self.opts.faults.get("test.fail.commit.after")
         if stop_after is not None:
-            for m, h in handles[:stop_after]:
+            for _m, h in handles[:stop_after]:
                 commit_transaction(h, settings)
             raise _InjectedFault(f"kproducer.test.fail.commit.after={stop_after}: the driver stops after committing "
                                  f"{min(stop_after, len(handles))} of {len(handles)} transactions of {what} "
                                  "(fault injection for tests)")
         kill_after = self.opts.faults.get("test.kill.driver.after.commits")
         if kill_after is not None:
-            for m, h in handles[:kill_after]:
+            for _m, h in handles[:kill_after]:
                 commit_transaction(h, settings)
             log.warning("kproducer sink: kproducer.test.kill.driver.after.commits: killing the driver after %d "
                         "commits", kill_after)

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Set
 
 import pytest
-from readback import consume
 
 from kproducer import cli
+from tests.readback import consume
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,12 +10,12 @@ import random
 from typing import Any, Iterator, List
 
 import pytest
-from readback import consume, fetch_batches
 
 from kproducer import Producer
 from kproducer.mock import MockCluster
 from kproducer.protocol.compression import codec_from_name, is_codec_available
 from kproducer.protocol.records import RecordBatch
+from tests.readback import consume, fetch_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -122,10 +122,6 @@ class Faults(threading.Thread):
             raise self.error
 
 
-@pytest.fixture(autouse=True)
-def _no_internal_errors(no_internal_errors: None) -> None:
-    """Every test here fails when kproducer logged an internal error (see helpers.no_internal_errors)."""
-
 
 @pytest.fixture
 def cluster() -> Iterator[MockCluster]:

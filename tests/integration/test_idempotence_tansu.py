@@ -31,8 +31,7 @@ from kproducer.errors import (
 )
 from kproducer.producer.partitioner import partition_for_key
 from kproducer.protocol.records import RecordBatch
-
-from readback import consume, fetch_batches
+from tests.readback import consume, fetch_batches
 
 pytestmark = [
     pytest.mark.integration,

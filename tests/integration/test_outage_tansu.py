@@ -25,12 +25,12 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
-from readback import consume
-from tansu import Tansu, free_port
 
 from kproducer import Producer
 from kproducer.errors import KafkaTimeoutError, ProducerClosedError
 from kproducer.producer.partitioner import partition_for_key
+from tests.readback import consume
+from tests.tansu import Tansu, free_port
 
 pytestmark = [
     pytest.mark.integration,

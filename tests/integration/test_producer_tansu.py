@@ -17,8 +17,7 @@ from kproducer import Producer
 from kproducer.errors import KafkaTimeoutError
 from kproducer.producer.partitioner import murmur2
 from kproducer.protocol.compression import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, CODEC_ZSTD
-
-from readback import consume, fetch_batches
+from tests.readback import consume, fetch_batches
 
 pytestmark = [
     pytest.mark.integration,

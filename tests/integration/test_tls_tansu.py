@@ -18,10 +18,9 @@ import pytest
 
 from kproducer import Producer
 from kproducer.errors import KafkaError
-
-from readback import consume
-from stunnel import STUNNEL_MISSING, TlsTansu, stunnel_binary
-from tansu import Tansu, topic_name
+from tests.readback import consume
+from tests.stunnel import STUNNEL_MISSING, TlsTansu, stunnel_binary
+from tests.tansu import Tansu, topic_name
 
 pytestmark = [
     pytest.mark.integration,
@@ -187,7 +186,7 @@ def test_fixture_kafka_python_produces_over_tls_and_confluent_kafka_reads_back(t
 # kproducer over TLS: delivery
 
 
-def test_kproducer_delivers_10k_records_over_tls_read_back_exactly(tls: TlsTansu, no_internal_errors: None) -> None:
+def test_kproducer_delivers_10k_records_over_tls_read_back_exactly(tls: TlsTansu) -> None:
     topic = new_topic(tls, 3)
     n = 10_000
     with Producer(bootstrap_servers=tls.bootstrap, security_protocol="SSL", ssl_cafile=tls.certs.ca_file,

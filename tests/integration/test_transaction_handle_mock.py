@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from readback import consume
 
 from kproducer import Producer, TransactionHandle
 from kproducer.errors import ProducerFencedError, TransactionError
@@ -18,6 +17,7 @@ from kproducer.producer.transaction_handle import (
     prepare_transaction,
     resume_transaction,
 )
+from tests.readback import consume
 
 pytestmark = [
     pytest.mark.integration,

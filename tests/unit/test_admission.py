@@ -10,7 +10,7 @@ case expects the wait for metadata to time out, 30 s elsewhere).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 import pytest
 
@@ -29,8 +29,7 @@ from kproducer.producer import kafka_producer
 from kproducer.producer.admission import BOUND_EXTRA, FUTURE_ERRORS, RECORD_OVERHEAD, RecordAdmission, record_size
 from kproducer.producer.partitioner import murmur2, partition_for_key
 from kproducer.protocol import messages as m
-
-from scripted import ScriptedSelector
+from tests.unit.scripted import ScriptedSelector
 
 BROKERS = {1: ("broker1", 9092)}
 MAX_REQUEST = 4000

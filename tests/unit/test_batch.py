@@ -94,6 +94,7 @@ def test_only_the_first_completion_counts() -> None:
     assert f is not None and isinstance(f.exception(0), KafkaTimeoutError)
 
 
+@pytest.mark.allow_internal_errors
 def test_a_raising_callback_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
     b = new_batch()
     seen: List[int] = []

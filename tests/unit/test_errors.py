@@ -54,6 +54,7 @@ from kproducer.protocol.errors import (
     error_class_for_code,
     error_for_code,
 )
+from kproducer.protocol.schema import SchemaError
 
 # Codes whose Java exception extends RetriableException (directly or through InvalidMetadataException,
 # RefreshRetriableException, ...), checked class by class against Apache Kafka's sources.
@@ -604,7 +605,8 @@ def test_public_all_is_computed_from_both_modules() -> None:
         name for name, obj in vars(public).items()
         if isinstance(obj, type) and issubclass(obj, KafkaError) and obj.__module__ == public.__name__
     ]
-    assert public.__all__[len(proto.__all__):] == local
+    # and the codec's SchemaError (defined in kproducer.protocol.schema)
+    assert public.__all__[len(proto.__all__):] == local + ["SchemaError"]
 
 
 def test_star_import() -> None:
@@ -612,6 +614,7 @@ def test_star_import() -> None:
     exec("from kproducer.errors import *", namespace)
     assert namespace["UnknownTopicOrPartitionError"] is UnknownTopicOrPartitionError
     assert namespace["KafkaTimeoutError"] is KafkaTimeoutError
+    assert namespace["SchemaError"] is SchemaError
     assert namespace["RecordTooLargeError"] is MessageTooLargeError
     assert "Optional" not in namespace and "_REGISTRY" not in namespace
 

@@ -18,8 +18,7 @@ from kproducer.producer import kafka_producer
 from kproducer.producer.interceptors import ProducerRecord
 from kproducer.producer.partitioner import ClusterView, RoundRobinPartitioner
 from kproducer.protocol import messages as m
-
-from scripted import ScriptedSelector
+from tests.unit.scripted import ScriptedSelector
 
 BROKERS = {1: ("broker1", 9092)}
 Ack = Tuple[Optional[RecordMetadata], Optional[BaseException]]
@@ -124,6 +123,7 @@ def test_a_failed_record_reaches_the_interceptors_with_topic_and_partition(env: 
     assert isinstance(rec.acks[-1][1], TypeError) and rec.acks[-1][0].partition == -1  # type: ignore[union-attr]
 
 
+@pytest.mark.allow_internal_errors  # the interceptor raises on purpose: its traceback is logged
 def test_a_raising_interceptor_is_logged_and_skipped(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     rec = Recorder()
     p = env.producer(interceptors=[Raising(), NotARecord(), rec])
@@ -154,7 +154,7 @@ def test_send_batch_runs_each_record_through_the_interceptors(env: Env) -> None:
 
 def test_interceptor_classes_by_name_and_close() -> None:
     cfg = ProducerConfig(bootstrap_servers="h:1",
-                         interceptor_classes="test_interceptors.Recorder, test_interceptors.Recorder")
+                         interceptor_classes="tests.unit.test_interceptors.Recorder, tests.unit.test_interceptors.Recorder")
     assert [type(i).__name__ for i in cfg.interceptor_classes or ()] == ["Recorder", "Recorder"]
     assert ProducerConfig(bootstrap_servers="h:1", interceptors=[Recorder]).interceptor_classes[0].tag == "+"  # type: ignore[index]
     with pytest.raises(ConfigError, match="neither on_send"):
@@ -210,8 +210,9 @@ def test_javas_default_partitioner_names_mean_the_default() -> None:
 
 
 def test_a_record_failing_for_buffer_memory_is_acknowledged_once(env: Env) -> None:
+    from tests.unit.scripted import HOLD
+
     from kproducer.errors import BufferExhaustedError
-    from scripted import HOLD
 
     env.selector.handlers[m.PRODUCE.key] = lambda req: HOLD  # nothing is ever acknowledged
     rec = Recorder()

@@ -14,8 +14,7 @@ import pytest
 from kproducer.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
 from kproducer.network.metadata import Metadata, Node
 from kproducer.protocol import messages as m
-
-from scripted import HOLD, Harness, SentRequest
+from tests.unit.scripted import HOLD, Harness, SentRequest
 
 NOT_LEADER = NotLeaderOrFollowerError.code
 BROKERS = {1: ("b1", 9091), 2: ("b2", 9092)}

@@ -15,8 +15,7 @@ from kproducer.errors import ProducerClosedError, ProducerForkedError
 from kproducer.producer import lifecycle
 from kproducer.producer.transaction_manager import State
 from kproducer.protocol import messages as m
-
-from scripted import DISCONNECT, Harness, SentRequest
+from tests.unit.scripted import DISCONNECT, Harness, SentRequest
 
 COORDINATOR_LOAD_IN_PROGRESS = 14  # retriable: the same request is sent again after the backoff
 COORDINATOR_NOT_AVAILABLE = 15
@@ -102,7 +101,8 @@ def test_transactional_init_producer_id_backoff_doubles_up_to_the_maximum() -> N
                 idle_advance=True)
     h.selector.handlers[m.FIND_COORDINATOR.key] = lambda req: {
         "error_code": 0, "node_id": 1, "host": "broker1", "port": 9092,
-        "coordinators": [{"key": "tx-1", "node_id": 1, "host": "broker1", "port": 9092, "error_code": 0}]}
+        "coordinators": [{"key": "tx-1", "node_id": 1, "host": "broker1", "port": 9092, "error_code": 0,
+                          "error_message": None}]}
     h.selector.script(m.INIT_PRODUCER_ID, *[failed_init(COORDINATOR_LOAD_IN_PROGRESS)] * 5)
     assert h.txn is not None
     result = h.txn.init_transactions()

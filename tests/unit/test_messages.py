@@ -25,7 +25,8 @@ from kproducer.protocol.messages import (
     negotiate_version,
 )
 from kproducer.protocol.messages.api_versions import UNSUPPORTED_VERSION, decode_api_versions
-from kproducer.protocol.schema import Api
+from kproducer.protocol.schema import Api, SchemaError
+from tests.protocol_bodies import full_response
 
 MAX = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
@@ -303,17 +304,70 @@ def test_framed_roundtrip(name: str, version: int) -> None:
     assert corr == -7 and body == project(resp, resp_spec, version)
 
 
-def test_empty_bodies_decode_to_defaults() -> None:
-    # encoding {} writes every field's default; decoding gives them all back
-    for name, (api, req_spec, resp_spec) in SPECS.items():
+def test_default_bodies_decode_to_defaults() -> None:
+    # encoding request_defaults()/response_defaults() writes every field's default; decoding gives them
+    # all back
+    for api, req_spec, resp_spec in SPECS.values():
         for v in range(api.min_version, api.max_version + 1):
-            req = api.decode_request(v, api.encode_request(v, {}))
+            req = api.decode_request(v, api.encode_request(v, api.request_defaults(v)))
             assert set(req) == set(req_spec)
-            resp = api.decode_response(v, api.encode_response(v, {}))
+            resp = api.decode_response(v, api.encode_response(v, api.response_defaults(v)))
             assert set(resp) == set(resp_spec)
-    assert PRODUCE.decode_response(9, PRODUCE.encode_response(9, {}))["node_endpoints"] == []
-    assert METADATA.decode_request(4, METADATA.encode_request(4, {}))["allow_auto_topic_creation"] is True
-    assert INIT_PRODUCER_ID.decode_request(3, INIT_PRODUCER_ID.encode_request(3, {}))["producer_id"] == -1
+    assert PRODUCE.decode_response(9, PRODUCE.encode_response(9, {"responses": []}))["node_endpoints"] == []
+    assert METADATA.decode_request(4, METADATA.encode_request(4, {"topics": None}))["allow_auto_topic_creation"]
+    assert INIT_PRODUCER_ID.decode_request(3, INIT_PRODUCER_ID.encode_request(
+        3, {"transactional_id": None, "transaction_timeout_ms": 1}))["producer_id"] == -1
+
+
+def test_encode_refuses_unknown_fields_naming_the_closest() -> None:
+    body = {"transactional_id": None, "acks": 1, "timeout": 30000, "topic_data": []}
+    with pytest.raises(SchemaError, match=r"Produce v9 request: unknown field 'timeout' \(did you mean 'timeout_ms'\?\)"):
+        PRODUCE.encode_request(9, body)
+    # nested structs name their place
+    body = {"transactional_id": None, "acks": 1, "timeout_ms": 1,
+            "topic_data": [{"name": "t", "partition_data": [{"idx": 0, "records": None}]}]}
+    with pytest.raises(SchemaError, match=r"in topic_data\[\], in partition_data\[\]: unknown field 'idx' "
+                                          r"\(did you mean 'index'\?\)"):
+        PRODUCE.encode_request(9, body)
+    # a SchemaError is a ValueError and a ProtocolError (a KafkaError)
+    with pytest.raises(ValueError):
+        METADATA.encode_request(12, {"topics": None, "allow_auto_topic_creatoin": True})
+    with pytest.raises(ProtocolError):
+        METADATA.encode_response(12, {**METADATA.response_defaults(12), "throttle_ms": 0})
+    # a name nothing resembles: no suggestion, but the list of fields
+    with pytest.raises(SchemaError, match="unknown field 'zzz'; the fields are"):
+        METADATA.encode_request(12, {"topics": None, "zzz": 1})
+
+
+def test_encode_refuses_missing_required_fields() -> None:
+    with pytest.raises(SchemaError, match="Produce v9 request: field 'timeout_ms' is missing"):
+        PRODUCE.encode_request(9, {"transactional_id": None, "acks": 1, "topic_data": []})
+    with pytest.raises(SchemaError, match="in partition_data\\[\\]: field 'records' is missing"):
+        PRODUCE.encode_request(3, {"transactional_id": None, "acks": 1, "timeout_ms": 1,
+                                   "topic_data": [{"name": "t", "partition_data": [{"index": 0}]}]})
+    # Metadata's topics: null (all topics) and [] (none) differ, so there is no default
+    with pytest.raises(SchemaError, match="'topics' is missing"):
+        METADATA.encode_request(4, {})
+    with pytest.raises(SchemaError, match="'error_code' is missing"):
+        INIT_PRODUCER_ID.encode_response(0, {"producer_id": 1, "producer_epoch": 0})
+
+
+def test_fields_with_defaults_may_be_left_out() -> None:
+    # declared defaults (Kafka's "default": "null" / "-1" / "true"), tagged fields, and fields the
+    # version lacks
+    body = {"acks": -1, "timeout_ms": 1, "topic_data": []}  # transactional_id: default null
+    assert PRODUCE.decode_request(9, PRODUCE.encode_request(9, body))["transactional_id"] is None
+    got = INIT_PRODUCER_ID.decode_request(4, INIT_PRODUCER_ID.encode_request(
+        4, {"transactional_id": "t", "transaction_timeout_ms": 1}))
+    assert (got["producer_id"], got["producer_epoch"]) == (-1, -1)
+    got = METADATA.decode_request(12, METADATA.encode_request(12, {"topics": [{"name": "t"}]}))
+    assert got["topics"][0]["topic_id"] == ZERO_UUID and got["allow_auto_topic_creation"] is True
+    # a body built for the newest version encodes at an old one (the extra fields are not written)
+    v12 = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": True}
+    assert METADATA.encode_request(1, v12) == METADATA.encode_request(1, {"topics": None})
+    # tagged fields and throttle_time_ms (default 0) in a response
+    resp = PRODUCE.decode_response(10, PRODUCE.encode_response(10, {"responses": []}))
+    assert resp["throttle_time_ms"] == 0 and resp["node_endpoints"] == []
 
 
 def test_nullable_fields_roundtrip_as_null() -> None:
@@ -323,18 +377,18 @@ def test_nullable_fields_roundtrip_as_null() -> None:
     for v in range(10, 13):
         cases.append((METADATA, "request", v, {"topics": [{"topic_id": U1, "name": None}]}))
     for v in range(1, 13):
-        body: Dict[str, Any] = {"brokers": [{"node_id": 1, "host": "h", "port": 1, "rack": None}]}
+        body: Dict[str, Any] = {"brokers": [{"node_id": 1, "host": "h", "port": 1, "rack": None}], "topics": []}
         if v >= 2:
             body["cluster_id"] = None
         if v >= 12:
-            body["topics"] = [{"name": None, "topic_id": U1, "partitions": []}]
+            body["topics"] = [{"error_code": 0, "name": None, "topic_id": U1, "partitions": []}]
         cases.append((METADATA, "response", v, body))
     for v in range(3, 12):
         cases.append((PRODUCE, "request", v, {"transactional_id": None, "acks": 1, "timeout_ms": 1,
                                              "topic_data": [{"name": "t", "partition_data": [
                                                  {"index": 0, "records": None}]}]}))
     for v in range(8, 12):
-        pr: Dict[str, Any] = {"index": 0, "error_code": 0, "base_offset": 0,
+        pr: Dict[str, Any] = {"index": 0, "error_code": 0, "base_offset": 0, "log_append_time_ms": -1,
                               "record_errors": [{"batch_index": 0, "batch_index_error_message": None}],
                               "error_message": None}
         body = {"responses": [{"name": "t", "partition_responses": [pr]}]}
@@ -374,15 +428,16 @@ def test_null_where_not_nullable_is_rejected_on_encode() -> None:
 
 def test_encode_errors_name_the_field_and_keep_the_type() -> None:
     with pytest.raises(ValueError, match="acks"):
-        PRODUCE.encode_request(9, {"acks": 1 << 15})
+        PRODUCE.encode_request(9, {"acks": 1 << 15, "timeout_ms": 1, "topic_data": []})
     with pytest.raises(TypeError, match="timeout_ms"):
-        PRODUCE.encode_request(9, {"timeout_ms": "30s"})
+        PRODUCE.encode_request(9, {"acks": 1, "timeout_ms": "30s", "topic_data": []})
     # an unencodable string (lone surrogate) is a ValueError naming the field, not a TypeError from the
     # exception re-wrapping
     with pytest.raises(ValueError, match="name"):
         METADATA.encode_request(12, {"topics": [{"topic_id": U1, "name": "bad \ud800"}]})
     with pytest.raises(ValueError, match="host"):
-        PRODUCE.encode_response(10, {"node_endpoints": [{"node_id": 1, "host": "\udc00", "port": 1}]})
+        PRODUCE.encode_response(10, {"responses": [],
+                                     "node_endpoints": [{"node_id": 1, "host": "\udc00", "port": 1, "rack": None}]})
 
 
 def test_unimplemented_versions_raise() -> None:
@@ -394,21 +449,20 @@ def test_unimplemented_versions_raise() -> None:
 
 
 def test_decoded_defaults_are_not_shared_between_messages() -> None:
-    a = PRODUCE.decode_response(9, PRODUCE.encode_response(9, {}))
+    a = PRODUCE.decode_response(9, PRODUCE.encode_response(9, {"responses": []}))
     a["node_endpoints"].append("x")
-    b = PRODUCE.decode_response(9, PRODUCE.encode_response(9, {}))
+    b = PRODUCE.decode_response(9, PRODUCE.encode_response(9, {"responses": []}))
     assert b["node_endpoints"] == []
-    pr = {"index": 0, "error_code": 0, "base_offset": 0}
+    pr = {"index": 0, "error_code": 0, "base_offset": 0, "log_append_time_ms": -1, "log_start_offset": -1}
     body = {"responses": [{"name": "t", "partition_responses": [pr]}]}
     c = PRODUCE.decode_response(10, PRODUCE.encode_response(10, body))
     c["responses"][0]["partition_responses"][0]["current_leader"]["leader_id"] = 99
     d = PRODUCE.decode_response(10, PRODUCE.encode_response(10, body))
     assert d["responses"][0]["partition_responses"][0]["current_leader"] == {"leader_id": -1, "leader_epoch": -1}
-    e = METADATA.decode_response(4, METADATA.encode_response(4, {
-        "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]}))
+    body4 = full_response(METADATA, 4, {"topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]})
+    e = METADATA.decode_response(4, METADATA.encode_response(4, body4))
     e["topics"][0]["partitions"][0]["offline_replicas"].append(1)
-    f = METADATA.decode_response(4, METADATA.encode_response(4, {
-        "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]}))
+    f = METADATA.decode_response(4, METADATA.encode_response(4, body4))
     assert f["topics"][0]["partitions"][0]["offline_replicas"] == []
 
 
@@ -525,7 +579,7 @@ def test_produce_v9_request_vector() -> None:
         "| 03 7478 | 0001 | 00007530"
         "| 02 | 04 666f6f | 02 | 00000002 | 04 616263 | 00 | 00 | 00"
     )
-    assert PRODUCE.encode_request(9, {"topic_data": [{"name": "t", "partition_data": [
+    assert PRODUCE.encode_request(9, {"acks": 0, "timeout_ms": 0, "topic_data": [{"name": "t", "partition_data": [
         {"index": 0, "records": None}]}]}) == h("00 0000 00000000 02 02 74 02 00000000 00 00 00 00")
 
 
@@ -549,7 +603,7 @@ def test_init_producer_id_response_vectors() -> None:
     assert INIT_PRODUCER_ID.decode_response(1, wire) == {
         "throttle_time_ms": 0, "error_code": 0, "producer_id": 123, "producer_epoch": 2}
     assert INIT_PRODUCER_ID.decode_response(4, wire + b"\x00")["producer_id"] == 123
-    frame = encode_response(INIT_PRODUCER_ID, 4, 3, {"producer_id": 123, "producer_epoch": 2})
+    frame = encode_response(INIT_PRODUCER_ID, 4, 3, {"error_code": 0, "producer_id": 123, "producer_epoch": 2})
     assert frame == h("00000003 00") + wire + b"\x00"
 
 
@@ -619,11 +673,11 @@ def test_request_header_framing() -> None:
 
 def test_response_header_framing() -> None:
     # v0 for non-flexible versions and for ApiVersions, v1 (+ tagged fields) for flexible ones
-    assert encode_response(METADATA, 8, 5, {}).startswith(h("00000005 00000000"))
+    assert encode_response(METADATA, 8, 5, METADATA.response_defaults(8)).startswith(h("00000005 00000000"))
     # throttle, brokers [], cluster_id null, controller_id -1, topics [], cluster_authorized_operations
     # (v8-10, default INT32_MIN), tagged fields
-    assert encode_response(METADATA, 9, 5, {}) == h("00000005 00 | 00000000 01 00 ffffffff 01 80000000 00")
-    assert encode_response(API_VERSIONS, 3, 5, {}) == h("00000005 | 0000 01 00000000 00")
+    assert encode_response(METADATA, 9, 5, METADATA.response_defaults(9)) == h("00000005 00 | 00000000 01 00 ffffffff 01 80000000 00")
+    assert encode_response(API_VERSIONS, 3, 5, {"error_code": 0, "api_keys": []}) == h("00000005 | 0000 01 00000000 00")
     assert decode_response_header(METADATA, 9, h("00000005 00")) == (5, 5)
     assert decode_response_header(METADATA, 8, h("00000005 00")) == (5, 4)
     # unknown tagged fields in the response header are skipped
@@ -662,7 +716,7 @@ def test_api_versions_unsupported_version_fallback() -> None:
     # a successful v3 answer is decoded as v3
     assert decode_api_versions(3, V3_API_VERSIONS_RESPONSE) == (3, V3_API_VERSIONS_BODY)
     # an error answered in the version asked for (not v0-shaped) is still returned
-    v3_error = API_VERSIONS.encode_response(3, {"error_code": 35})
+    v3_error = API_VERSIONS.encode_response(3, {"error_code": 35, "api_keys": []})
     assert decode_api_versions(3, v3_error)[0] == 3
     with pytest.raises(ProtocolError):
         decode_api_versions(3, h("0023 0000"))
@@ -748,7 +802,7 @@ def _decode(api: Api, version: int, kind: str, data: bytes) -> Dict[str, Any]:
 def test_truncated_bodies_raise_protocol_error_at_every_length() -> None:
     deadline = time.monotonic() + 60
     checked = 0
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         assert len(data) > 0 or kind == "request"
         for n in range(len(data)):
             with pytest.raises(ProtocolError):
@@ -768,7 +822,7 @@ def test_truncated_frames_raise_protocol_error_at_every_length() -> None:
 
 
 def test_trailing_garbage_raises_protocol_error() -> None:
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         for junk in (b"\x00", b"\xff\xff", b"garbage"):
             with pytest.raises(ProtocolError):
                 _decode(api, v, kind, data + junk)
@@ -779,7 +833,7 @@ def test_trailing_garbage_raises_protocol_error() -> None:
 def test_corrupted_lengths_raise_protocol_error() -> None:
     # flip every byte of a few encodings to 0xff / 0x7f: either a clean decode or a ProtocolError, never
     # another exception (IndexError, struct.error, MemoryError ...)
-    for name, api, v, kind, data in _all_encodings():
+    for _name, api, v, kind, data in _all_encodings():
         if v not in (api.min_version, api.max_version):
             continue
         for i in range(len(data)):
@@ -821,7 +875,7 @@ def test_primitives_used_by_schema_are_consistent() -> None:
     # records in flexible versions are compact nullable bytes; in older versions int32-length bytes
     out = bytearray()
     p.write_compact_nullable_bytes(out, b"abc")
-    assert bytes(out) in PRODUCE.encode_request(9, {"topic_data": [{"name": "t", "partition_data": [
+    assert bytes(out) in PRODUCE.encode_request(9, {"acks": 1, "timeout_ms": 1, "topic_data": [{"name": "t", "partition_data": [
         {"index": 0, "records": b"abc"}]}]})
 
 

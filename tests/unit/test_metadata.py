@@ -8,8 +8,6 @@ from kproducer.clock import FakeClock
 from kproducer.errors import InvalidTopicError, NetworkError, TopicAuthorizationFailedError
 from kproducer.network.metadata import Cluster, Metadata, Node, PartitionInfo
 
-PartSpec = Tuple[int, int, int]  # partition, leader, error code
-
 
 def response(brokers: Sequence[int] = (1, 2), topics: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """A decoded Metadata response. ``topics``: name -> list of (partition, leader, error) or an int error."""

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from scripted import HOLD, Harness
 
 from kproducer import Producer
 from kproducer.clock import FakeClock
@@ -32,6 +31,7 @@ from kproducer.producer.metrics import (
 )
 from kproducer.protocol import messages as m
 from kproducer.protocol.records import RecordBatchBuilder, read_batches
+from tests.unit.scripted import HOLD, Harness
 
 WINDOW = 30000.0
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -144,9 +144,9 @@ def test_produce_request_and_response_metrics_are_exact() -> None:
     h.selector.script(m.PRODUCE, HOLD)
     for i in range(3):
         h.send("t", value=b"a" * (10 + i), partition=0)
-    for i in range(2):
+    for _ in range(2):
         h.send("t", value=b"b" * 50, partition=1)
-    for i in range(4):
+    for _ in range(4):
         h.send("u", value=b"c" * 7, partition=0)
     h.advance(5)
     h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
@@ -354,6 +354,7 @@ def test_nan_is_null_in_the_stats_json() -> None:
     assert stats["producer-metrics"]["record-send-rate"] == 0.0
 
 
+@pytest.mark.allow_internal_errors  # stats_cb raises on purpose: its traceback is logged
 def test_a_failing_stats_cb_is_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
     h = Harness(topics={"t": 1})
 

@@ -25,9 +25,8 @@ from kproducer.protocol.errors import (
     RequestTimedOutError,
 )
 from kproducer.protocol.messages import API_VERSIONS, METADATA
-
-from mock_cli import ServeInBackground
-from test_mock_apis import batch, fetch, produce
+from tests.mock_cli import ServeInBackground
+from tests.unit.mock_wire import batch, fetch, produce
 
 
 def mock_threads() -> list:
@@ -45,7 +44,7 @@ def test_lifecycle_and_addresses() -> None:
     before = len(mock_threads())
     cluster = MockCluster(3, num_processors=2, num_handlers=3)
     with pytest.raises(RuntimeError):
-        cluster.bootstrap_servers
+        _ = cluster.bootstrap_servers
     with cluster:
         servers = cluster.bootstrap_servers.split(",")
         assert len(servers) == 3 and all(s.startswith("127.0.0.1:") for s in servers)
@@ -93,7 +92,7 @@ def test_records_and_request_log(cluster: MockCluster) -> None:
         c.client_id = "tester"
         result = produce(c, batch([b"one", b"two"], ts=1234, producer_id=9, epoch=0, seq=0), partition=1)
         assert result["error_code"] == NO_ERROR
-        c.request(API_VERSIONS, 3, {})
+        c.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
     records = cluster.records("t", 1)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers, r.producer_id, r.sequence) for r in records] == [
         (0, 1234, b"kone", b"one", [("h", b"one")], 9, 0), (1, 1235, b"ktwo", b"two", [("h", b"two")], 9, 1)]
@@ -220,7 +219,7 @@ def test_python_dash_m_serves_until_ctrl_c() -> None:
         bootstrap = proc.stdout.readline().strip()
         host, port = bootstrap.split(":")
         with WireClient(host, int(port)) as c:
-            assert c.request(API_VERSIONS, 3, {})["error_code"] == NO_ERROR
+            assert c.request(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == NO_ERROR
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=10)
         assert proc.returncode == 0

@@ -23,6 +23,7 @@ from kproducer.protocol.errors import (
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
 )
+
 pytest.importorskip("cryptography")
 
 from kproducer.mock import MockCluster  # noqa: E402
@@ -31,8 +32,7 @@ from kproducer.mock.cli import add_arguments, build_cluster  # noqa: E402
 from kproducer.mock.wire_client import WireClient  # noqa: E402
 from kproducer.protocol.messages import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE  # noqa: E402
 from kproducer.protocol.sasl import sasl_client, unsecured_jwt  # noqa: E402
-
-from mock_cli import ServeInBackground  # noqa: E402
+from tests.mock_cli import ServeInBackground  # noqa: E402
 
 PASSWORD = "alice-secret"
 USERS = {"alice": PASSWORD, "bob": "bob-secret"}
@@ -201,7 +201,7 @@ def test_a_given_ssl_context_is_used() -> None:
     certs = make_certificates()
     with MockCluster(1, security_protocol="SSL", ssl_context=server_context(certs)) as cluster:
         with pytest.raises(RuntimeError, match="ssl_ca_pem"):
-            cluster.ca_pem
+            _ = cluster.ca_pem
         host, port = cluster.broker_address(1)
         with WireClient(host, port, ssl_context=tls_context(certs.ca_pem)) as c:
             assert metadata(c)["brokers"]
@@ -385,7 +385,7 @@ def test_client_config_names_every_setting() -> None:
         assert plain.client_config() == {"bootstrap.servers": plain.bootstrap_servers,
                                           "security.protocol": "PLAINTEXT"}
         with pytest.raises(RuntimeError):
-            plain.ca_pem
+            _ = plain.ca_pem
 
 
 def test_invalid_security_options_are_refused() -> None:

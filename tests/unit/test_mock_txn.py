@@ -35,8 +35,7 @@ from kproducer.protocol.messages import (
     TXN_OFFSET_COMMIT,
 )
 from kproducer.protocol.records import read_batches
-
-from test_mock_apis import Clients, batch, fetch, list_offset, produce
+from tests.unit.mock_wire import Clients, batch, fetch, list_offset, produce
 
 
 @pytest.fixture

@@ -13,8 +13,7 @@ from kproducer.network.client import ClientRequest, ClientResponse, NetworkClien
 from kproducer.network.connection_states import ClusterConnectionStates, ConnectionState
 from kproducer.network.metadata import Metadata
 from kproducer.protocol import messages as m
-
-from scripted import DISCONNECT, HOLD, Encoded, Frame, Harness, ScriptedSelector
+from tests.unit.scripted import DISCONNECT, HOLD, Encoded, Frame, Harness, ScriptedSelector
 
 BROKERS = {1: ("b1", 9001), 2: ("b2", 9002)}
 
@@ -353,6 +352,7 @@ def test_connection_setup_timeout() -> None:
     assert env.client.states.failures(2) == 1
 
 
+@pytest.mark.allow_internal_errors
 def test_a_raising_response_callback_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     env = Env()
     env.bootstrap()

@@ -14,7 +14,7 @@ IMPLEMENTATIONS: List[Callable[[bytes], int]] = [part._murmur2_py]
 if murmur2 is not part._murmur2_py:
     IMPLEMENTATIONS.append(murmur2)  # the compiled accelerator
 
-# DESIGN.md section 3: signed 32-bit murmur2 and the partition among 6, as Java computes them
+# docs/design.md (protocol facts): signed 32-bit murmur2 and the partition among 6, as Java computes them
 JAVA_VECTORS = [
     (b"21", -973932308, 0),
     (b"foobar", -790332482, 0),

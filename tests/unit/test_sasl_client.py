@@ -13,8 +13,7 @@ from kproducer.network.connection_states import ConnectionState
 from kproducer.protocol import messages as m
 from kproducer.protocol.errors import AuthenticationError
 from kproducer.protocol.sasl import SaslServer, sasl_client, sasl_server, unsecured_jwt
-
-from scripted import Harness, SentRequest
+from tests.unit.scripted import Harness, SentRequest
 
 USERS = {"alice": "alice-secret"}
 
@@ -103,7 +102,7 @@ def test_wrong_password_fails_fast_is_not_retried_in_a_loop_and_fails_waiters() 
     for _ in range(6):
         before = len(h.selector.connect_attempts)
         h.advance(1000)
-        h.run_until(lambda: len(h.selector.connect_attempts) > before, what="the next attempt")
+        h.run_until(lambda before=before: len(h.selector.connect_attempts) > before, what="the next attempt")
         times.append(h.selector.connect_attempts[-1][0])
         h.run(20)
     assert len(h.selector.connect_attempts) <= attempts + 6 + 1

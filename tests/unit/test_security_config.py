@@ -15,7 +15,7 @@ import ssl
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -528,9 +528,9 @@ def test_jaas_quoting_and_flags(text: str, options: Dict[str, str], flag: str) -
      "is not closed"),
     (f'org.apache.kafka.common.security.plain.PlainLoginModule required username=alice password={SECRET}@x;',
      "unexpected character at position"),
-    (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password;',
+    ('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password;',
      "must be followed by '='"),
-    (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password=;',
+    ('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" password=;',
      "has no value"),
     (f'{PLAIN_JAAS} {PLAIN_JAAS}', "has 2 login modules"),
     (f'"{SECRET}" required;', "expected a login module class name"),

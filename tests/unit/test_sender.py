@@ -18,8 +18,7 @@ from kproducer.errors import (
 )
 from kproducer.producer.future import RecordMetadata
 from kproducer.protocol import messages as m
-
-from scripted import DISCONNECT, HOLD, Frame, Harness
+from tests.unit.scripted import DISCONNECT, HOLD, Frame, Harness
 
 Result = Tuple[Optional[RecordMetadata], Optional[BaseException]]
 
@@ -501,6 +500,7 @@ def test_at_most_max_in_flight_requests_per_connection() -> None:
 # -- callbacks -------------------------------------------------------------------------------------
 
 
+@pytest.mark.allow_internal_errors
 def test_a_raising_callback_is_logged_and_the_sender_carries_on(caplog: pytest.LogCaptureFixture) -> None:
     h = Harness()
     h.boot()
@@ -523,6 +523,7 @@ def test_a_raising_callback_is_logged_and_the_sender_carries_on(caplog: pytest.L
     assert order[-1] == "fourth" and f1.get(0).offset == 0 and f4.get(0).offset == 3
 
 
+@pytest.mark.allow_internal_errors
 def test_an_unexpected_error_in_run_once_is_logged_and_survived(caplog: pytest.LogCaptureFixture) -> None:
     h = Harness()
     h.boot()
@@ -748,6 +749,7 @@ def test_force_stop_fails_queued_and_in_flight_records() -> None:
     assert h.client.closed
 
 
+@pytest.mark.allow_internal_errors
 def test_a_broker_without_a_usable_produce_version_fails_the_records_at_once() -> None:
     h = Harness()
     h.selector.api_versions[m.PRODUCE.key] = (0, 2)  # only versions before RecordBatch v2

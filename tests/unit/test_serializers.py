@@ -15,8 +15,7 @@ from kproducer.errors import ConfigError, SerializationError
 from kproducer.producer import kafka_producer
 from kproducer.protocol import messages as m
 from kproducer.serialization import JsonSerializer, StringSerializer
-
-from scripted import ScriptedSelector
+from tests.unit.scripted import ScriptedSelector
 
 BROKERS = {1: ("broker1", 9092)}
 Header = Tuple[str, Optional[bytes]]

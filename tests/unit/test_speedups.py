@@ -44,7 +44,7 @@ def test_the_compiled_bases_are_in_use() -> None:
 def test_builder_bytes_identical() -> None:
     assert speedups is not None
     rng = random.Random(42)
-    for trial in range(30):
+    for _trial in range(30):
         cap = rng.choice([200, 16384, 1 << 20])
         py = RecordBatchBuilder(cap)
         c = RecordBatchBuilder(cap)

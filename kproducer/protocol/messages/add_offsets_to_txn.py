@@ -15,7 +15,7 @@ ADD_OFFSETS_TO_TXN = Api(
         Field("group_id", "string"),
     ],
     response=[
-        Field("throttle_time_ms", "int32"),
+        Field("throttle_time_ms", "int32", default=0),
         Field("error_code", "int16"),
     ],
 )

@@ -19,7 +19,7 @@ ADD_PARTITIONS_TO_TXN = Api(
         ]),
     ],
     response=[
-        Field("throttle_time_ms", "int32"),
+        Field("throttle_time_ms", "int32", default=0),
         Field("results", [
             Field("name", "string"),
             Field("results_by_partition", [

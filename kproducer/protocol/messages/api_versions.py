@@ -22,7 +22,7 @@ API_VERSIONS = Api(
             Field("min_version", "int16"),
             Field("max_version", "int16"),
         ]),
-        Field("throttle_time_ms", "int32", "1+"),
+        Field("throttle_time_ms", "int32", "1+", default=0),
         Field("supported_features", [
             Field("name", "string"),
             Field("min_version", "int16"),

@@ -1,7 +1,7 @@
 """CreateTopics (key 19): create topics with a partition count or an explicit replica assignment."""
 from __future__ import annotations
 
-from ..schema import Api, Field
+from ..schema import ZERO_UUID, Api, Field
 
 CREATE_TOPICS = Api(
     19,
@@ -26,12 +26,12 @@ CREATE_TOPICS = Api(
         Field("validate_only", "bool", "1+"),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "2+"),
+        Field("throttle_time_ms", "int32", "2+", default=0),
         Field("topics", [
             Field("name", "string"),
-            Field("topic_id", "uuid", "7+"),
+            Field("topic_id", "uuid", "7+", default=ZERO_UUID),
             Field("error_code", "int16"),
-            Field("error_message", "string", "1+", nullable="0+"),
+            Field("error_message", "string", "1+", nullable="0+", default=None),
             Field("topic_config_error_code", "int16", "5+", tag=0),
             Field("num_partitions", "int32", "5+", default=-1),
             Field("replication_factor", "int16", "5+", default=-1),

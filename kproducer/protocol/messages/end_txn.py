@@ -15,7 +15,7 @@ END_TXN = Api(
         Field("committed", "bool"),
     ],
     response=[
-        Field("throttle_time_ms", "int32"),
+        Field("throttle_time_ms", "int32", default=0),
         Field("error_code", "int16"),
     ],
 )

@@ -20,8 +20,8 @@ FETCH = Api(
         Field("max_wait_ms", "int32"),
         Field("min_bytes", "int32"),
         Field("max_bytes", "int32", "3+", default=0x7FFFFFFF),
-        Field("isolation_level", "int8", "4+"),
-        Field("session_id", "int32", "7+"),
+        Field("isolation_level", "int8", "4+", default=0),
+        Field("session_id", "int32", "7+", default=0),
         Field("session_epoch", "int32", "7+", default=-1),
         Field("topics", [
             Field("topic", "string"),
@@ -38,12 +38,12 @@ FETCH = Api(
             Field("topic", "string"),
             Field("partitions", "[]int32"),
         ], "7+"),
-        Field("rack_id", "string", "11+"),
+        Field("rack_id", "string", "11+", default=""),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "1+"),
-        Field("error_code", "int16", "7+"),
-        Field("session_id", "int32", "7+"),
+        Field("throttle_time_ms", "int32", "1+", default=0),
+        Field("error_code", "int16", "7+", default=0),
+        Field("session_id", "int32", "7+", default=0),
         Field("responses", [
             Field("topic", "string"),
             Field("partitions", [
@@ -67,7 +67,7 @@ FETCH = Api(
                 Field("aborted_transactions", [
                     Field("producer_id", "int64"),
                     Field("first_offset", "int64"),
-                ], "4+", nullable="4+"),
+                ], "4+", nullable="4+", default=None),
                 Field("preferred_read_replica", "int32", "11+", default=-1),
                 Field("records", "records"),
             ]),

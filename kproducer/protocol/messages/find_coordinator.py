@@ -20,7 +20,7 @@ FIND_COORDINATOR = Api(
         Field("coordinator_keys", "[]string", "4+"),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "1+"),
+        Field("throttle_time_ms", "int32", "1+", default=0),
         Field("error_code", "int16", "0-3"),
         Field("error_message", "string", "1-3", nullable="1-3"),
         Field("node_id", "int32", "0-3", default=-1),

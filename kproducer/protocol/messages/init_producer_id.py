@@ -15,7 +15,7 @@ INIT_PRODUCER_ID = Api(
         Field("producer_epoch", "int16", "3+", default=-1),
     ],
     response=[
-        Field("throttle_time_ms", "int32"),
+        Field("throttle_time_ms", "int32", default=0),
         Field("error_code", "int16"),
         Field("producer_id", "int64", default=-1),
         Field("producer_epoch", "int16"),

@@ -25,7 +25,7 @@ LIST_OFFSETS = Api(
         ]),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "2+"),
+        Field("throttle_time_ms", "int32", "2+", default=0),
         Field("topics", [
             Field("name", "string"),
             Field("partitions", [

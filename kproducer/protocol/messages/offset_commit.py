@@ -12,7 +12,7 @@ OFFSET_COMMIT = Api(
         Field("group_id", "string"),
         Field("generation_id", "int32", "1+", default=-1),
         Field("member_id", "string", "1+"),
-        Field("group_instance_id", "string", "7+", nullable="7+"),
+        Field("group_instance_id", "string", "7+", nullable="7+", default=None),
         Field("retention_time_ms", "int64", "2-4", default=-1),
         Field("topics", [
             Field("name", "string"),
@@ -25,7 +25,7 @@ OFFSET_COMMIT = Api(
         ]),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "3+"),
+        Field("throttle_time_ms", "int32", "3+", default=0),
         Field("topics", [
             Field("name", "string"),
             Field("partitions", [

@@ -16,10 +16,10 @@ OFFSET_FETCH = Api(
             Field("name", "string"),
             Field("partition_indexes", "[]int32"),
         ], nullable="2+"),
-        Field("require_stable", "bool", "7+"),
+        Field("require_stable", "bool", "7+", default=False),
     ],
     response=[
-        Field("throttle_time_ms", "int32", "3+"),
+        Field("throttle_time_ms", "int32", "3+", default=0),
         Field("topics", [
             Field("name", "string"),
             Field("partitions", [

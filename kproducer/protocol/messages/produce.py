@@ -9,7 +9,7 @@ PRODUCE = Api(
     versions="3-11",
     flexible="9+",
     request=[
-        Field("transactional_id", "string", "3+", nullable="3+"),
+        Field("transactional_id", "string", "3+", nullable="3+", default=None),
         Field("acks", "int16"),
         Field("timeout_ms", "int32"),
         Field("topic_data", [
@@ -32,15 +32,15 @@ PRODUCE = Api(
                 Field("record_errors", [
                     Field("batch_index", "int32"),
                     Field("batch_index_error_message", "string", nullable="8+"),
-                ], "8+"),
-                Field("error_message", "string", "8+", nullable="8+"),
+                ], "8+", default=[]),
+                Field("error_message", "string", "8+", nullable="8+", default=None),
                 Field("current_leader", Struct([
                     Field("leader_id", "int32", default=-1),
                     Field("leader_epoch", "int32", default=-1),
                 ]), "10+", tag=0),
             ]),
         ]),
-        Field("throttle_time_ms", "int32", "1+"),
+        Field("throttle_time_ms", "int32", "1+", default=0),
         Field("node_endpoints", [
             Field("node_id", "int32"),
             Field("host", "string"),

@@ -15,8 +15,8 @@ TXN_OFFSET_COMMIT = Api(
         Field("producer_id", "int64", default=-1),
         Field("producer_epoch", "int16", default=-1),
         Field("generation_id", "int32", "3+", default=-1),
-        Field("member_id", "string", "3+"),
-        Field("group_instance_id", "string", "3+", nullable="3+"),
+        Field("member_id", "string", "3+", default=""),
+        Field("group_instance_id", "string", "3+", nullable="3+", default=None),
         Field("topics", [
             Field("name", "string"),
             Field("partitions", [
@@ -28,7 +28,7 @@ TXN_OFFSET_COMMIT = Api(
         ]),
     ],
     response=[
-        Field("throttle_time_ms", "int32"),
+        Field("throttle_time_ms", "int32", default=0),
         Field("topics", [
             Field("name", "string"),
             Field("partitions", [

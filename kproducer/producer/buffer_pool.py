@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Deque
+from typing import Callable, Deque, Optional
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
@@ -37,6 +37,9 @@ class BufferPool:
         self._waiters: Deque[_Waiter] = deque()
         self._closed = False
         self.wait_time_ms_total = 0.0
+        #: called (on the freeing thread, outside the pool's lock) after memory was given back; the asyncio
+        #: producer (kproducer.aio) sets it to wake sends waiting for buffer space without blocking its loop
+        self.on_free: Optional[Callable[[], None]] = None
 
     def allocate(self, size: int, max_time_to_block_ms: float) -> int:
         """Reserve ``size`` bytes, waiting up to ``max_time_to_block_ms``. Returns ``size``.
@@ -103,6 +106,9 @@ class BufferPool:
                 self._free_blocks += 1
             if self._waiters:
                 self._waiters[0].cond.notify()
+        on_free = self.on_free
+        if on_free is not None:
+            on_free()
 
     def available_memory(self) -> int:
         with self._lock:

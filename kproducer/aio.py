@@ -38,6 +38,7 @@ from .network.metadata import PartitionInfo
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, FutureRecordMetadata, RecordMetadata
 from .producer.kafka_producer import HeaderInput, Producer
+from .protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class AsyncProducer:
         # a record of unknown size (not bytes yet: a serializer will make it) may need up to this much
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_block_ms = cfg.max_block_ms
+        self._serializing = cfg.key_serializer is not None or cfg.value_serializer is not None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
@@ -225,12 +227,24 @@ class AsyncProducer:
         return af
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
+        """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
+        would size it: ``max(batch.size, the record's size)``)."""
         pool = self._pool
         need = self._batch_size
-        if headers or not (value is None or type(value) is bytes) or not (key is None or type(key) is bytes) \
+        if headers or self._serializing or not (value is None or type(value) is bytes) \
+                or not (key is None or type(key) is bytes) \
                 or (0 if value is None else len(value)) + (0 if key is None else len(key)) > need - 128:
-            need = self._max_record  # (its size is not known before serialization: the most a record may take)
+            need = max(need, self._record_size(key, value, headers))
         return pool.queued() == 0 and pool.available_memory() >= need
+
+    def _record_size(self, key: Any, value: Any, headers: Any) -> int:
+        if (value is None or type(value) is bytes) and (key is None or type(key) is bytes) and not self._serializing:
+            try:
+                items = list(headers.items()) if isinstance(headers, Mapping) else headers
+                return RecordBatchBuilder.estimate_record_size(key, value, items or None)
+            except Exception:  # bad headers: send() will say what is wrong with them
+                pass
+        return self._max_record  # (not known before serialization: the most a record may take)
 
     async def _wait_admissible(self, topic: str, key: Any, value: Any, headers: Any,
                                partition: Optional[int]) -> Optional[BaseException]:

@@ -28,6 +28,7 @@ import contextlib
 import logging
 from collections import deque
 from functools import partial
+from time import perf_counter as _perf_counter
 from typing import (
     Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
 )
@@ -44,11 +45,16 @@ log = logging.getLogger(__name__)
 
 #: record futures resolved per loop callback (then the rest waits for the next loop iteration)
 DELIVER_CHUNK = 1024
-#: ``send()`` yields to the loop once per this many calls, so that a task sending in a tight loop lets
-#: the loop's other tasks run (a send that does not wait would otherwise never suspend)
-YIELD_EVERY = 128
+#: ``send()`` yields to the loop (``await asyncio.sleep(0)``) once YIELD_AFTER_S seconds passed since its last
+#: yield, and at least once per YIELD_EVERY calls, so that a task sending in a tight loop lets the loop's
+#: other tasks run (a send that does not wait would otherwise never suspend). Not more often: each yield
+#: lets the event loop poll its selector, which hands the GIL to the network thread for a while.
+YIELD_AFTER_S = 0.002
+YIELD_EVERY = 4096
 
 _tuple_new = tuple.__new__
+_Future = asyncio.Future
+InvalidStateError = asyncio.InvalidStateError
 _T = TypeVar("_T")
 
 
@@ -97,12 +103,14 @@ class AsyncProducer:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
-        # record futures waiting for their batch: batch -> [(sync future, asyncio future) or _BatchGroup]
+        # record futures waiting for their batch (see _watch)
         self._pending: Dict[Any, List[Any]] = {}
+        self._groups: Dict[Any, List[_BatchGroup]] = {}
         # batches completed on the network thread, not yet delivered on the loop
         self._done: Deque[Any] = deque()
         self._scheduled = False
         self._sends = 0
+        self._next_yield = 0.0
         self._space: Optional[asyncio.Event] = None
         self._space_waiters = 0
         self._space_signalled = False
@@ -211,19 +219,30 @@ class AsyncProducer:
         if self._closed:
             raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
         self._sends += 1
-        if self._sends >= YIELD_EVERY:
-            self._sends = 0
-            await asyncio.sleep(0)
-        # admit at once when it cannot block: metadata known and room in the buffer pool
+        if not self._sends & 31:
+            now = _perf_counter()
+            if now >= self._next_yield or self._sends >= YIELD_EVERY:
+                self._sends = 0
+                await asyncio.sleep(0)
+                self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
+        # pool's lock: only other threads' appends could lower it between this check and the append)
         count = self._metadata.cluster.partition_counts.get(topic)
+        pool = self._pool
         if count is None or (partition is not None and type(partition) is int and partition >= count) \
-                or not self._has_room(key, value, headers):
+                or pool._waiters or (pool._available < self._max_record and not self._has_room(key, value, headers)):
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(loop, failed)
         sf = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
-        af = loop.create_future()
-        self._watch(sf, af)
+        af = _Future(loop=loop)
+        # (_watch, inlined)
+        lst = self._pending.get(sf._batch)
+        if lst is not None:
+            lst.append(sf)
+            lst.append(af)
+        else:
+            self._watch(sf, af)
         return af
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
@@ -360,24 +379,28 @@ class AsyncProducer:
         return af
 
     # -- completions -------------------------------------------------------------------------------
+    # self._pending[batch] is a flat list [sync future, asyncio future, sync future, ...] (no tuple per
+    # record: fewer objects for the garbage collector to track); self._groups[batch] the send_batch() groups
+    # waiting for it. A batch is registered once, with one completion thunk.
 
     def _watch(self, sf: FutureRecordMetadata, af: "asyncio.Future[RecordMetadata]") -> None:
         b = sf._batch
         lst = self._pending.get(b)
         if lst is not None:
-            lst.append((sf, af))
+            lst.append(sf)
+            lst.append(af)
             return
-        self._pending[b] = [(sf, af)]
-        if not b.add_thunk(partial(self._batch_done, b), sf):
+        self._pending[b] = [sf, af]
+        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), sf):
             self._batch_done(b, None, None)  # (already complete)
 
-    def _watch_batch(self, b: Any, group: Any) -> None:
-        lst = self._pending.get(b)
-        if lst is not None:
-            lst.append(group)
+    def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
+        groups = self._groups.get(b)
+        if groups is not None:
+            groups.append(group)
             return
-        self._pending[b] = [group]
-        if not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
+        self._groups[b] = [group]
+        if b not in self._pending and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
             self._batch_done(b, None, None)
 
     def _batch_done(self, batch: Any, _metadata: Any, _error: Any) -> None:
@@ -396,62 +419,55 @@ class AsyncProducer:
         """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
         self._scheduled = False
         self.delivery_callbacks += 1
-        budget = DELIVER_CHUNK
+        budget = 2 * DELIVER_CHUNK  # (two list items per record)
         done, pending = self._done, self._pending
         while budget > 0:
             try:
                 batch = done.popleft()
             except IndexError:
                 return
+            groups = self._groups.pop(batch, None)
             entries = pending.pop(batch, None)
-            if not entries:
-                continue
-            if len(entries) > budget:
-                pending[batch] = entries[budget:]
-                entries = entries[:budget]
-                done.appendleft(batch)
-            budget -= len(entries)
-            self._resolve(batch, entries)
+            if entries:
+                if len(entries) > budget:
+                    pending[batch] = entries[budget:]
+                    entries = entries[:budget]
+                    done.appendleft(batch)
+                budget -= len(entries)
+                self._resolve(batch, entries)
+            if groups:
+                for group in groups:
+                    self._group_batch_done(group)
         if done:
             self._scheduled = True
             self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
 
     def _resolve(self, batch: Any, entries: List[Any]) -> None:
+        sfs, afs = entries[::2], entries[1::2]
         if batch.split_into is not None:
-            for entry in entries:  # KIP-126: the batch was split; follow each record to its new batch
-                if type(entry) is tuple:
-                    sf, af = entry
-                    b = sf._resolve()
-                    if b.is_done():
-                        if not af.done():
-                            _complete(af, sf, b)
-                    else:
-                        self._watch(sf, af)
+            for sf, af in zip(sfs, afs):  # KIP-126: the batch was split; follow each record to its new batch
+                b = sf._resolve()
+                if b.is_done():
+                    if not af.done():
+                        _complete(af, sf, b)
                 else:
-                    self._group_batch_done(entry)
+                    self._watch(sf, af)
             return
         err = batch.error
         if err is not None:
-            for entry in entries:
-                if type(entry) is tuple:
-                    af = entry[1]
-                    if not af.done():
-                        af.set_exception(err)
-                else:
-                    self._group_batch_done(entry)
+            for af in afs:
+                if not af.done():
+                    af.set_exception(err)
             return
         topic, part, base = batch.topic, batch.partition, batch.base_offset
         append_time = batch.log_append_time
-        for entry in entries:
-            if type(entry) is tuple:
-                sf, af = entry
-                if af.done():
-                    continue  # cancelled by its owner: the record was sent all the same
+        for sf, af in zip(sfs, afs):
+            try:
                 af.set_result(_tuple_new(RecordMetadata, (
                     topic, part, base + sf._delta if base >= 0 else -1,
                     append_time if append_time >= 0 else sf.timestamp, sf.key_size, sf.value_size)))
-            else:
-                self._group_batch_done(entry)
+            except InvalidStateError:
+                pass  # cancelled by its owner: the record was sent all the same
 
     def _group_batch_done(self, group: _BatchGroup) -> None:
         group.remaining -= 1

@@ -235,7 +235,7 @@ class AsyncProducer:
             if failed is not None:
                 return self._failed(loop, failed)
         sf = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
-        af = _Future(loop=loop)
+        af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
         # (_watch, inlined)
         lst = self._pending.get(sf._batch)
         if lst is not None:

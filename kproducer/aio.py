@@ -30,14 +30,14 @@ from collections import deque
 from functools import partial
 from time import perf_counter as _perf_counter
 from typing import (
-    Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union,
+    Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union,
 )
 from types import TracebackType
 
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from .producer.future import BatchSendFuture, FutureRecordMetadata, RecordMetadata
+from .producer.future import BatchSendFuture, RecordMetadata
 from .producer.kafka_producer import HeaderInput, Producer
 from .protocol.records import RecordBatchBuilder
 
@@ -53,9 +53,9 @@ YIELD_AFTER_S = 0.002
 YIELD_EVERY = 4096
 
 _tuple_new = tuple.__new__
+_STRIDE = 5  # items per record in AsyncProducer._pending lists
 _Future = asyncio.Future
 InvalidStateError = asyncio.InvalidStateError
-_T = TypeVar("_T")
 
 
 class _BatchGroup:
@@ -115,6 +115,7 @@ class AsyncProducer:
         self._space_waiters = 0
         self._space_signalled = False
         self._closed = False
+        self._executor_down = False
         self._started = False
         #: loop callbacks that delivered completions, and how many threadsafe wakeups the network thread
         #: made (a wakeup covers every batch completed until the loop ran it)
@@ -164,7 +165,14 @@ class AsyncProducer:
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         loop = self._bind()
+        if self._executor_down:
+            # after close(): the producer's calls no longer block (they return or raise ProducerClosedError)
+            return fn(*args)
         return await loop.run_in_executor(self._executor, partial(fn, *args))
+
+    def _shutdown_executor(self) -> None:
+        self._executor_down = True
+        self._executor.shutdown(wait=False)
 
     async def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued and wait (in a worker thread, the loop runs on) until it is acknowledged or
@@ -184,7 +192,7 @@ class AsyncProducer:
         except RuntimeError:
             # closed from another loop: do it without delivering to ours
             self._producer.close(timeout)
-            self._executor.shutdown(wait=False)
+            self._shutdown_executor()
             return
         if self._space is not None:
             self._space.set()  # sends waiting for buffer space see the producer closed
@@ -192,7 +200,7 @@ class AsyncProducer:
             await self._in_thread(self._producer.close, timeout)
         finally:
             self._pool.on_free = None
-            self._executor.shutdown(wait=False)
+            self._shutdown_executor()
         await self._delivered()
 
     async def _delivered(self) -> None:
@@ -219,12 +227,10 @@ class AsyncProducer:
         if self._closed:
             raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
         self._sends += 1
-        if not self._sends & 31:
-            now = _perf_counter()
-            if now >= self._next_yield or self._sends >= YIELD_EVERY:
-                self._sends = 0
-                await asyncio.sleep(0)
-                self._next_yield = _perf_counter() + YIELD_AFTER_S
+        if _perf_counter() >= self._next_yield or self._sends >= YIELD_EVERY:
+            self._sends = 0
+            await asyncio.sleep(0)
+            self._next_yield = _perf_counter() + YIELD_AFTER_S
         # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
         # pool's lock: only other threads' appends could lower it between this check and the append)
         count = self._metadata.cluster.partition_counts.get(topic)
@@ -234,15 +240,15 @@ class AsyncProducer:
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(loop, failed)
-        sf = self._producer.send(topic, value, key, headers, partition, timestamp_ms)
+        sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
         af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
         # (_watch, inlined)
-        lst = self._pending.get(sf._batch)
+        b = sf._batch
+        lst = self._pending.get(b)
         if lst is not None:
-            lst.append(sf)
-            lst.append(af)
+            lst += (af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
         else:
-            self._watch(sf, af)
+            self._watch(b, sf, af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
         return af
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
@@ -379,19 +385,20 @@ class AsyncProducer:
         return af
 
     # -- completions -------------------------------------------------------------------------------
-    # self._pending[batch] is a flat list [sync future, asyncio future, sync future, ...] (no tuple per
-    # record: fewer objects for the garbage collector to track); self._groups[batch] the send_batch() groups
-    # waiting for it. A batch is registered once, with one completion thunk.
+    # self._pending[batch] is a flat list of _STRIDE items per record: [asyncio future, offset delta,
+    # timestamp, key size, value size, ...] -- no tuple and no sync future kept per record, so that the
+    # garbage collector has one object to track per record (the asyncio future) rather than three.
+    # self._groups[batch]: the send_batch() groups waiting for it. A batch is registered once, with one
+    # completion thunk.
 
-    def _watch(self, sf: FutureRecordMetadata, af: "asyncio.Future[RecordMetadata]") -> None:
-        b = sf._batch
+    def _watch(self, b: Any, thunk_future: Any, af: "asyncio.Future[RecordMetadata]", delta: int, timestamp: int,
+               key_size: int, value_size: int) -> None:
         lst = self._pending.get(b)
         if lst is not None:
-            lst.append(sf)
-            lst.append(af)
+            lst += (af, delta, timestamp, key_size, value_size)
             return
-        self._pending[b] = [sf, af]
-        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), sf):
+        self._pending[b] = [af, delta, timestamp, key_size, value_size]
+        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), thunk_future):
             self._batch_done(b, None, None)  # (already complete)
 
     def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
@@ -419,7 +426,7 @@ class AsyncProducer:
         """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
         self._scheduled = False
         self.delivery_callbacks += 1
-        budget = 2 * DELIVER_CHUNK  # (two list items per record)
+        budget = _STRIDE * DELIVER_CHUNK
         done, pending = self._done, self._pending
         while budget > 0:
             try:
@@ -443,15 +450,21 @@ class AsyncProducer:
             self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
 
     def _resolve(self, batch: Any, entries: List[Any]) -> None:
-        sfs, afs = entries[::2], entries[1::2]
+        afs, deltas, timestamps = entries[0::_STRIDE], entries[1::_STRIDE], entries[2::_STRIDE]
+        key_sizes, value_sizes = entries[3::_STRIDE], entries[4::_STRIDE]
         if batch.split_into is not None:
-            for sf, af in zip(sfs, afs):  # KIP-126: the batch was split; follow each record to its new batch
-                b = sf._resolve()
-                if b.is_done():
-                    if not af.done():
-                        _complete(af, sf, b)
-                else:
-                    self._watch(sf, af)
+            # KIP-126: the batch was split; follow each record to the batch that holds it now
+            for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
+                b = batch
+                while b.split_into is not None:
+                    b, delta = b.split_into[delta]
+                if not b.is_done():
+                    self._watch(b, _FirstRecord(b), af, delta, ts, ks, vs)
+                elif not af.done():
+                    if b.error is not None:
+                        af.set_exception(b.error)
+                    else:
+                        af.set_result(_metadata(b, delta, ts, ks, vs))
             return
         err = batch.error
         if err is not None:
@@ -461,11 +474,10 @@ class AsyncProducer:
             return
         topic, part, base = batch.topic, batch.partition, batch.base_offset
         append_time = batch.log_append_time
-        for sf, af in zip(sfs, afs):
+        for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
             try:
                 af.set_result(_tuple_new(RecordMetadata, (
-                    topic, part, base + sf._delta if base >= 0 else -1,
-                    append_time if append_time >= 0 else sf.timestamp, sf.key_size, sf.value_size)))
+                    topic, part, base + delta if base >= 0 else -1, append_time if append_time >= 0 else ts, ks, vs)))
             except InvalidStateError:
                 pass  # cancelled by its owner: the record was sent all the same
 
@@ -561,12 +573,10 @@ class _FirstRecord:
             log.exception("an asyncio completion hook raised")
 
 
-def _complete(af: "asyncio.Future[RecordMetadata]", sf: FutureRecordMetadata, batch: Any) -> None:
-    err = batch.error
-    if err is not None:
-        af.set_exception(err)
-    else:
-        af.set_result(sf._metadata(batch))
+def _metadata(batch: Any, delta: int, timestamp: int, key_size: int, value_size: int) -> RecordMetadata:
+    base = batch.base_offset
+    return RecordMetadata(batch.topic, batch.partition, base + delta if base >= 0 else -1,
+                          batch.log_append_time if batch.log_append_time >= 0 else timestamp, key_size, value_size)
 
 
 __all__ = ["AsyncProducer", "DELIVER_CHUNK", "YIELD_EVERY"]

@@ -20,6 +20,7 @@ from ..network.metadata import Metadata
 from ..network.transport import Transport
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
+from .metrics import SenderMetrics
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -44,11 +45,13 @@ class ProducerParts(NamedTuple):
 def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *, client_id: str,
                   security: Optional[ChannelSecurity] = None, software_version: str = __version__,
                   jitter: float = JAVA_JITTER, retry_jitter: Optional[float] = None,
-                  reconnect_jitter: Optional[float] = None, sender_name: Optional[str] = None) -> ProducerParts:
+                  reconnect_jitter: Optional[float] = None, sender_name: Optional[str] = None,
+                  metrics: Optional[SenderMetrics] = None) -> ProducerParts:
     """Build a producer's parts from its settings, its clock and its transport (a
     :class:`~kproducer.network.selector.Selector`, or a scripted one in tests). ``security`` defaults to what
     the settings ask for. ``jitter`` is the backoffs' jitter; ``retry_jitter`` / ``reconnect_jitter`` override
-    it for produce retries / reconnects. The Sender is returned unstarted."""
+    it for produce retries / reconnects; ``metrics`` is the Sender's metrics (a fresh one by default). The
+    Sender is returned unstarted."""
     cfg = config
     if security is None:
         from ..security import channel_security
@@ -87,7 +90,7 @@ def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *,
         client, metadata, accumulator, acks=cfg.acks, retries=cfg.retries,
         max_request_size=cfg.max_request_size, request_timeout_ms=cfg.request_timeout_ms,
         guarantee_message_order=cfg.max_in_flight_requests_per_connection == 1,
-        transaction_manager=txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clock,
+        transaction_manager=txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clock, metrics=metrics,
         name=sender_name or f"kproducer-network-thread | {client_id}",
     )
     return ProducerParts(cfg, clock, metadata, txn, pool, accumulator, transport, client, sender)

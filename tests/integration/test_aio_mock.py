@@ -209,15 +209,20 @@ def test_a_sending_task_yields_and_deliveries_are_chunked(cluster: MockCluster) 
     asyncio.run(main())
 
 
-def test_no_slow_callbacks_in_asyncio_debug_mode(cluster: MockCluster, caplog: pytest.LogCaptureFixture) -> None:
-    """asyncio's debug mode logs every callback that holds the loop longer than slow_callback_duration
-    (and checks that nothing calls the loop from another thread). The threshold here is 0.5 s -- a hundred
-    times the 5 ms budget, so that a loaded machine cannot fail it -- which catches any blocking wait
-    (metadata, buffer memory, a flush) run on the loop."""
+def test_no_slow_kproducer_callbacks_in_asyncio_debug_mode(cluster: MockCluster,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """asyncio's debug mode logs every callback that holds the loop longer than slow_callback_duration, and
+    makes a loop call from another thread raise (which the no_internal_errors fixture would report, as the
+    completion thunk runs on the network thread). The callbacks kproducer schedules on the loop
+    (deliveries, buffer-space wakeups) must never be slow; the threshold is 0.2 s -- forty times the 5 ms
+    budget, as a loaded shared machine can stall any callback for tens of ms -- which a delivery that
+    resolved every record of a response at once, or any blocking wait, would exceed. (The sending task's
+    own steps are the test's code and are not checked here: while a step runs, other threads -- the network
+    thread, the mock brokers -- take the GIL, so its wall time says more about the machine than the code.)"""
     n = 20_000
 
     async def main() -> None:
-        asyncio.get_running_loop().slow_callback_duration = 0.5
+        asyncio.get_running_loop().slow_callback_duration = 0.2
         async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, batch_size=4096,
                                  buffer_memory=64 * 1024, linger_ms=20) as p:
             futs = [await p.send(TOPIC, b"%06d" % i) for i in range(n)]
@@ -225,11 +230,12 @@ def test_no_slow_callbacks_in_asyncio_debug_mode(cluster: MockCluster, caplog: p
             assert all(f.done() for f in futs)
             batch = await p.send_batch(TOPIC, [b"b%05d" % i for i in range(5000)])
             await batch
+            assert p.delivery_callbacks > 0
 
     with caplog.at_level(logging.WARNING, logger="asyncio"):
         asyncio.run(main(), debug=True)
-    slow = [r.getMessage() for r in caplog.records if r.name == "asyncio" and "took" in r.getMessage()]
-    assert not slow, slow[:3]
+    logged = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert not [m for m in logged if "took" in m and "AsyncProducer" in m], logged[:3]
     assert len(read_values(cluster, n + 5000)) == n + 5000
 
 
@@ -279,5 +285,20 @@ def test_send_after_close_raises_and_close_is_idempotent(cluster: MockCluster) -
         await p.close()
         with pytest.raises(ProducerClosedError):
             await p.send(TOPIC, b"late")
+
+    asyncio.run(main())
+
+
+def test_calls_after_close(cluster: MockCluster) -> None:
+    from kproducer.errors import ProducerClosedError
+
+    async def main() -> None:
+        p = AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="closed-1")
+        await p.close()
+        await p.flush()  # nothing to flush
+        with pytest.raises(ProducerClosedError):
+            await p.commit_transaction()
+        with pytest.raises(ProducerClosedError):
+            await p.send_batch(TOPIC, [b"v"])
 
     asyncio.run(main())

@@ -259,7 +259,10 @@ class AsyncProducer:
         if headers or self._serializing or not (value is None or type(value) is bytes) \
                 or not (key is None or type(key) is bytes) \
                 or (0 if value is None else len(value)) + (0 if key is None else len(key)) > need - 128:
-            need = max(need, self._record_size(key, value, headers))
+            size = self._record_size(key, value, headers)
+            if size > self._max_record:
+                return True  # send() refuses it at once (MessageTooLargeError), without asking the pool
+            need = max(need, size)
         return pool.queued() == 0 and pool.available_memory() >= need
 
     def _record_size(self, key: Any, value: Any, headers: Any) -> int:
@@ -269,7 +272,7 @@ class AsyncProducer:
                 return RecordBatchBuilder.estimate_record_size(key, value, items or None)
             except Exception:  # bad headers: send() will say what is wrong with them
                 pass
-        return self._max_record  # (not known before serialization: the most a record may take)
+        return self._max_record  # (not known before serialization: the most a record may take, and fit)
 
     async def _wait_admissible(self, topic: str, key: Any, value: Any, headers: Any,
                                partition: Optional[int]) -> Optional[BaseException]:

@@ -302,3 +302,17 @@ def test_calls_after_close(cluster: MockCluster) -> None:
             await p.send_batch(TOPIC, [b"v"])
 
     asyncio.run(main())
+
+
+def test_a_record_over_max_request_size_fails_at_once(cluster: MockCluster) -> None:
+    from kproducer.errors import MessageTooLargeError
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, max_request_size=10_000,
+                                 buffer_memory=64 * 1024, max_block_ms=60_000) as p:
+            await p.send_and_wait(TOPIC, b"warm")
+            fut = await p.send(TOPIC, b"x" * 20_000)  # admission does not wait for memory it will never need
+            with pytest.raises(MessageTooLargeError):
+                await fut
+
+    asyncio.run(main())

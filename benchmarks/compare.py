@@ -31,6 +31,15 @@ stunnel4 terminating TLS in front of a second tansu that advertises stunnel's po
 security.protocol=SSL with the CA file; verified by kafka-python over TLS too. Skipped, with a note, when
 stunnel4 or trustme is missing; ``--tls off`` leaves them out, ``--tls only`` runs nothing else.
 
+Compression rows (``--codecs``, default none,gzip,snappy,lz4,zstd; ``--ncodec`` records, default 100k; 0 skips
+them): kproducer send(), kproducer send_batch() and confluent-kafka produce() with ``compression.type`` set, on
+JSON-like values of ~120 B (distinct, seeded; made before the timed loop), idempotence each library's default.
+Besides msg/s and CPU, "bytes on the wire" is read from the broker afterwards: every record batch of the topic
+fetched raw (tests/readback.py), their sizes summed and counted; so it is the same measure for both clients
+(the record batches as sent; request framing not included). kproducer fills compressed batches to batch.size
+compressed (docs/batching.md); librdkafka's batch.size counts uncompressed bytes. A codec whose library is
+missing shows as not run, with the reason.
+
 Idempotence is left at each library's default (it is what users get) and shown in the table; kproducer
 send() is also run with idempotence off, and confluent-kafka with it on, for like-for-like rows
 (``--idempotence on|off`` forces one setting on every client). confluent-kafka's produce() raises
@@ -70,6 +79,23 @@ def _payload(size: int) -> bytes:
     return bytes(random.Random(42).getrandbits(8) for _ in range(size))
 
 
+def json_values(n: int, seed: int = 42) -> List[bytes]:
+    """Distinct JSON-like values of ~120 bytes (an event id, a user, a word, a timestamp, an amount, tags)."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "order", "user", "click", "view", "cart", "pay"]
+    return [json.dumps({"id": i, "user": f"user-{rng.randrange(10000)}", "event": rng.choice(words),
+                        "ts": 1700000000000 + i * 7, "amount": round(rng.random() * 1000, 2),
+                        "tags": [rng.choice(words) for _ in range(rng.randrange(1, 4))],
+                        "ok": rng.random() < 0.9}).encode() for i in range(n)]
+
+
+def _values(args: argparse.Namespace, payload: bytes) -> Optional[List[bytes]]:
+    """The records' values when they are not all ``payload`` (the compression rows)."""
+    return json_values(args.num) if args.values == "json" else None
+
+
 def _rss_now_mb() -> float:
     try:
         with open("/proc/self/statm") as f:
@@ -93,6 +119,9 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     idem = _idem(args.idempotence)
     if idem is not None:
         settings["enable.idempotence"] = idem
+    if args.codec != "none":
+        settings["compression.type"] = args.codec
+    distinct = _values(args, payload)
     p = Producer(settings)
     p.partitions_for(args.topic)
     topic, n = args.topic, args.num
@@ -105,8 +134,15 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
         done = 0
         while done < n:
             k = min(chunk, n - done)
-            send_batch(topic, values if k == chunk else values[:k])
+            if distinct is not None:
+                send_batch(topic, distinct[done:done + k])
+            else:
+                send_batch(topic, values if k == chunk else values[:k])
             done += k
+    elif distinct is not None:
+        send = p.send
+        for v in distinct:
+            send(topic, v)
     else:
         send = p.send
         for _ in range(n):
@@ -264,13 +300,18 @@ def child_confluent(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     idem = _idem(args.idempotence)
     if idem is not None:
         conf["enable.idempotence"] = idem
+    if args.codec != "none":
+        conf["compression.type"] = args.codec
+    distinct = _values(args, payload)
     p = Producer(conf)
     p.list_topics(args.topic, timeout=10)
     topic, n = args.topic, args.num
     produce, poll = p.produce, p.poll
     rss_setup = _rss_now_mb()
     c0, t0 = time.process_time(), time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
+        if distinct is not None:
+            payload = distinct[i]
         try:
             produce(topic, payload)
         except BufferError:  # the local queue is full: serve delivery reports, then retry
@@ -310,8 +351,10 @@ class Run:
     """One row: a client, its options, and the result of running it."""
 
     def __init__(self, label: str, child: str, module: str, mode: str = "send", idempotence: str = "default",
-                 env: Optional[Dict[str, str]] = None, tls_ca: Optional[str] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, tls_ca: Optional[str] = None, codec: Optional[str] = None
+                 ) -> None:
         self.label = label
+        self.codec = codec  # a compression row: this compression.type, JSON-like values, bytes on the wire
         self.tls_ca = tls_ca  # the CA file: the client connects with security.protocol=SSL
         self.child = child
         self.module = module
@@ -388,6 +431,48 @@ def plan_tls(idempotence: str, ca_file: str) -> List[Run]:
         runs.append(Run("confluent-kafka, idempotence on [TLS]", "confluent-kafka", "confluent_kafka", "send", "on",
                         tls_ca=ca_file))
     return runs
+
+
+def plan_codecs(codecs: List[str]) -> List[Run]:
+    """The compression rows: per codec, kproducer send() and send_batch() and confluent-kafka produce()."""
+    runs: List[Run] = []
+    for codec in codecs:
+        runs += [
+            Run(f"{codec}: kproducer send()", "kproducer", "kproducer", "send", codec=codec),
+            Run(f"{codec}: kproducer send_batch()", "kproducer", "kproducer", "batch", codec=codec),
+            Run(f"{codec}: confluent-kafka", "confluent-kafka", "confluent_kafka", "send", codec=codec),
+        ]
+    return runs
+
+
+def codec_unavailable(codec: str) -> Optional[str]:
+    """Why kproducer cannot compress with ``codec`` here (None when it can)."""
+    if codec == "none":
+        return None
+    from kproducer.protocol.compression import UnsupportedCodecError, check_codec_available, codec_from_name
+
+    try:
+        check_codec_available(codec_from_name(codec))
+    except (UnsupportedCodecError, ValueError) as e:
+        return str(e)
+    return None
+
+
+def wire_bytes(bootstrap: str, topic: str) -> Optional[Tuple[int, int]]:
+    """(bytes, count) of the record batches stored in ``topic``, fetched raw from the broker; None on failure."""
+    try:
+        from readback import fetch_batches  # type: ignore[import-not-found]  # tests/readback.py
+    except ImportError:
+        return None
+    total = count = 0
+    try:
+        for p in range(PARTITIONS):
+            batches, _ = fetch_batches(bootstrap, topic, p, timeout=60.0)
+            total += sum(b.size for b in batches)
+            count += len(batches)
+    except Exception:
+        return None
+    return total, count
 
 
 def tls_unavailable() -> Optional[str]:
@@ -481,6 +566,8 @@ def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: 
            "--idempotence", run.idempotence, "--chunk", str(chunk)]
     if run.tls_ca:
         cmd += ["--tls-ca", run.tls_ca]
+    if run.codec is not None:
+        cmd += ["--codec", run.codec, "--values", "json"]
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(run.env)
@@ -533,6 +620,36 @@ def table(size: int, num: int, runs: List[Run], base_label: str = "kproducer sen
     return "\n".join(lines)
 
 
+def codec_table(num: int, runs: List[Run]) -> str:
+    """The compression rows: msg/s, CPU and the record batches' bytes on the wire (read from the broker)."""
+    lines = [
+        f"### Compression: JSON-like values of ~120 B, N = {num:,}, 6 partitions, acks=all, linger.ms=5, "
+        "batch.size=16384",
+        "",
+        "| codec | client | msg/s (best) | CPU µs/record | bytes on the wire | bytes/record | batches "
+        "| avg batch bytes | verified |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        codec, _, client = r.label.partition(": ")
+        if r.result is None:
+            lines.append(f"| {codec} | {client} | {r.error or 'not run'} | | | | | | |")
+            continue
+        res = r.result
+        wire = res.get("wire")
+        if wire:
+            total, count = wire
+            wire_cols = f"{total / 1e6:.2f} MB | {total / num:.1f} | {count:,} | {total / max(count, 1):,.0f}"
+        else:
+            wire_cols = "? | | |"
+        ver = {True: "yes", False: f"**NO: {res.get('stored')} stored**", None: "?"}[r.verified]
+        if res.get("errors"):
+            ver += f" ({res['errors']} errors)"
+        lines.append(f"| {codec} | {client} | {num / res['elapsed']:,.0f} | {res['cpu'] / num * 1e6:.2f} | "
+                     f"{wire_cols} | {ver} |")
+    return "\n".join(lines)
+
+
 def select(runs: List[Run], wanted: Optional[Set[str]]) -> List[Run]:
     """The rows to run: those asked for with --clients (all by default) whose library is installed."""
     active: List[Run] = []
@@ -557,13 +674,15 @@ def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, b
         for run in active:
             topic = topic_name(f"cmp{size}")
             broker.create_topic(topic, PARTITIONS)
-            trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env, run.tls_ca)
+            trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env, run.tls_ca, run.codec)
             start = time.monotonic()
             run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout)
             if trial.result is not None:
                 total = end_offsets_sum(bootstrap, topic, **verify_settings)
                 trial.verified = None if total is None else total == num
                 trial.result["stored"] = total
+                if run.codec is not None:
+                    trial.result["wire"] = wire_bytes(bootstrap, topic)
             delete_topic(broker, topic)  # keeps tansu's in-memory store from growing run after run
             rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
             print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s, "
@@ -613,6 +732,17 @@ def parent_main(args: argparse.Namespace) -> int:
                 if summary:
                     out.append(summary)
                 record(size, num, runs)
+            codecs = [c for c in args.codecs.split(",") if c] if args.ncodec > 0 else []
+            if codecs:
+                runs = plan_codecs(codecs)
+                for r in runs:
+                    why = codec_unavailable(r.codec or "none")
+                    if why is not None:
+                        r.error = f"skipped: {why}"
+                run_rows([r for r in select(runs, wanted) if r.error is None], args, 120, args.ncodec, broker,
+                         broker.bootstrap, topic_name)
+                out.append(codec_table(args.ncodec, [r for r in runs if r.result is not None or r.error]))
+                record(120, args.ncodec, runs, codecs=True)
         finally:
             broker.close()
     if args.tls != "off" and args.n100 > 0:
@@ -656,6 +786,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--idempotence", choices=["default", "on", "off"], default="default",
                    help="each library's default (plus like-for-like rows), or forced on/off for all")
     p.add_argument("--no-pure", action="store_true", help="skip the pure-Python kproducer rows")
+    p.add_argument("--codecs", default="none,gzip,snappy,lz4,zstd",
+                   help="compression rows, comma-separated compression.type values (default none,gzip,snappy,lz4,zstd)")
+    p.add_argument("--ncodec", type=int, default=100_000,
+                   help="records of JSON-like values per compression row (0 to skip them; default 100k)")
     p.add_argument("--chunk", type=int, default=10_000, help="records per send_batch() call (default 10000)")
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds over all clients; each row shows its fastest run (default 1)")
@@ -672,6 +806,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--num", type=int, help=argparse.SUPPRESS)
     p.add_argument("--mode", default="send", help=argparse.SUPPRESS)
     p.add_argument("--tls-ca", help=argparse.SUPPRESS)
+    p.add_argument("--codec", default="none", help=argparse.SUPPRESS)
+    p.add_argument("--values", default="payload", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return child_main(args)

@@ -202,6 +202,14 @@ _SETTINGS: List[_Setting] = [
     _Setting("sasl.oauthbearer.extensions", None, "extensions",
              "OAUTHBEARER SASL extensions: 'key=value,key=value' or a mapping"),
     _Setting("allow.auto.create.topics", True, "bool", "let the broker create unknown topics on metadata requests"),
+    # -- metrics (docs/metrics.md)
+    _Setting("metrics.sample.window.ms", 30000, "long", "the window of one metrics sample (rates and averages)", 1),
+    _Setting("metrics.num.samples", 2, "int", "how many sample windows rates and averages are computed over", 1),
+    _Setting("statistics.interval.ms", 0, "int",
+             "call stats_cb with every metric (JSON) this often; 0: never (librdkafka's setting)", 0, 86400000),
+    _Setting("stats_cb", None, "callable",
+             "callable(json_str) called from the network thread every statistics.interval.ms "
+             "(confluent-kafka's setting)"),
 ]
 
 SETTINGS: Dict[str, _Setting] = {s.java: s for s in _SETTINGS}
@@ -748,6 +756,10 @@ class ProducerConfig:
     sasl_password: Optional[Password]
     sasl_oauth_token_provider: Any
     sasl_oauthbearer_extensions: Optional[Dict[str, str]]
+    metrics_sample_window_ms: int
+    metrics_num_samples: int
+    statistics_interval_ms: int
+    stats_cb: Optional[Callable[[str], Any]]
 
     def __init__(self, settings: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         given: Dict[str, Any] = {}
@@ -772,7 +784,9 @@ class ProducerConfig:
             raw = given.get(s.java, s.default)
             if s.java == "bootstrap.servers" and raw is None:
                 raise ConfigError("bootstrap.servers is required, e.g. Producer(bootstrap_servers='127.0.0.1:9092')")
-            setattr(self, s.alias, None if raw is None and s.kind != "endpoint" else _convert(s, raw))
+            # (kafka-python passes compression_type=None for "none")
+            keep_none = raw is None and s.kind not in ("endpoint", "compression")
+            setattr(self, s.alias, None if keep_none else _convert(s, raw))
         #: the resolved SASL login (mechanism and credentials) for SASL_PLAINTEXT / SASL_SSL, else None
         self.sasl_login: Optional[SaslLogin] = None
         self._check_relations()

@@ -87,6 +87,18 @@ class ProducerClosedError(KafkaError):
     )
 
 
+class ProducerForkedError(ProducerClosedError):
+    """The producer was created in another process and inherited through ``fork()`` (e.g. by a
+    ``multiprocessing`` worker): its network thread and connections belong to the parent, so in the
+    child it refuses every call. Create a new Producer in the child process."""
+
+    name = "PRODUCER_FORKED"
+    default_message = (
+        "A producer cannot be used across fork(): this one was created in the parent process; "
+        "create a new Producer in the child process."
+    )
+
+
 class SerializationError(KafkaError, TypeError):
     """A key or value could not be turned into bytes (or the serializer raised)."""
 

@@ -5,7 +5,9 @@ RequestChannel, request handler threads and an API layer, over in-memory partiti
 the cluster, with fault injection (error codes, lost responses, latency, dropped connections, leader
 moves, broker stops and restarts). Listeners may serve TLS (a certificate made at start, with the
 optional ``cryptography`` package) and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER; KIP-368 session
-lifetimes): ``MockCluster(security_protocol="SASL_SSL", users={"alice": "secret"})``.
+lifetimes): ``MockCluster(security_protocol="SASL_SSL", users={"alice": "secret"})``. It can play an
+older broker, serving each API only up to a version (``MockCluster(api_versions={"ApiVersions": 2,
+"Produce": 7})``), and answer with broken responses (``corrupt_responses``).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ..protocol.errors import (
     NO_ERROR,
@@ -45,7 +45,7 @@ from ..protocol.messages import (
     encode_response,
 )
 from ..protocol.schema import Api
-from .faults import snake
+from .faults import api_name, snake
 from .request_channel import Request, RequestChannel, Response
 from .state import ClusterState, PartitionState, TopicError, TopicState
 from .txn import TransactionCoordinator
@@ -65,6 +65,9 @@ class Marker:
         return self.name
 
 
+_GARBLED_BODY = b"\x00\x00\x7f\xff\xff\xff"
+_OVERSIZED_FRAME = b"\x7f\xff\xff\xff"
+
 NO_RESPONSE = Marker("NO_RESPONSE")
 CLOSE_CONNECTION = Marker("CLOSE_CONNECTION")
 DEFERRED = Marker("DEFERRED")
@@ -78,6 +81,50 @@ SERVED_APIS: List[Api] = [
 ]
 SERVED_VERSIONS: Dict[int, Tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in SERVED_APIS}
 API_NAMES: Dict[int, str] = {a.key: snake(a.name) for a in SERVED_APIS}
+_KEYS_BY_NAME: Dict[str, int] = {name: key for key, name in API_NAMES.items()}
+
+VersionSpec = Union[None, int, Tuple[int, int]]
+
+
+def restrict_versions(api_versions: Mapping[Union[str, int], VersionSpec]) -> Dict[int, Tuple[int, int]]:
+    """The versions an older broker serves: :data:`SERVED_VERSIONS` with each API named in
+    ``api_versions`` (by name, ``"Produce"`` / ``"produce"``, or key, ``0``) limited to a max version
+    (an int: the range becomes ``min(implemented min, max)..max``), to a ``(min, max)`` range, or left
+    out (None: the API is not served, as a broker that predates it). ApiVersions itself is always served.
+
+    The mock cannot advertise a version above what it implements (ValueError); it may advertise
+    versions below (an old broker's v0-v2 Produce, for instance): a request at one of those is refused
+    by closing the connection, as no Kafka client sends it without a codec for it."""
+    served = dict(SERVED_VERSIONS)
+    for name, spec in api_versions.items():
+        try:
+            key = name if isinstance(name, int) and name in API_NAMES else _KEYS_BY_NAME[api_name(name)]
+        except (KeyError, ValueError):
+            raise ValueError(f"api_versions: unknown or unserved API {name!r}; served: "
+                             f"{', '.join(sorted(API_NAMES.values()))}") from None
+        impl_lo, impl_hi = SERVED_VERSIONS[key]
+        label = API_NAMES[key]
+        if spec is None:
+            if key == API_VERSIONS.key:
+                raise ValueError("api_versions: ApiVersions cannot be left out (every broker since 0.10 serves it)")
+            del served[key]
+            continue
+        if isinstance(spec, bool) or not isinstance(spec, (int, tuple, list)):
+            raise ValueError(f"api_versions[{name!r}]: give a max version, a (min, max) pair or None, not {spec!r}")
+        if isinstance(spec, int):
+            lo, hi = min(impl_lo, spec), spec
+        else:
+            if len(spec) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in spec):
+                raise ValueError(f"api_versions[{name!r}]: a (min, max) pair of ints, not {spec!r}")
+            lo, hi = spec[0], spec[1]
+        if not 0 <= lo <= hi:
+            raise ValueError(f"api_versions[{name!r}]: versions {lo}..{hi} are not a range of versions >= 0")
+        if hi > impl_hi:
+            raise ValueError(f"api_versions[{name!r}]: the mock implements {label} up to v{impl_hi}, not v{hi}")
+        if key == API_VERSIONS.key and lo > 0:
+            raise ValueError("api_versions: ApiVersions must serve v0 (clients fall back to it)")
+        served[key] = (lo, hi)
+    return served
 
 
 def leader_epoch_error(p: PartitionState, requested: int) -> int:
@@ -113,6 +160,8 @@ class KafkaApis:
         self.config = state.config
         self.txn = txn
         self.channel = channel
+        #: api key -> (min, max): what this broker advertises and accepts
+        self.served: Dict[int, Tuple[int, int]] = state.config.served_versions or SERVED_VERSIONS
         self.purgatory = FetchPurgatory(self)
         self._handlers: Dict[int, Callable[[Request], Result]] = {
             API_VERSIONS.key: self.handle_api_versions,
@@ -146,7 +195,8 @@ class KafkaApis:
 
     def respond(self, request: Request, result: Result, close_after_send: bool = False) -> None:
         """Send a handler's result; ``close_after_send`` closes the connection once it is written."""
-        if result is CLOSE_CONNECTION or self.faults.take_drop(API_NAMES[request.api.key]):
+        name = API_NAMES[request.api.key]
+        if result is CLOSE_CONNECTION or self.faults.take_drop(name):
             self.channel.send_response(Response(request, None, close=True))
             return
         latency = self.faults.latency(self.broker_id)
@@ -155,10 +205,35 @@ class KafkaApis:
             self.channel.send_response(Response(request, None, send_at=send_at))
             return
         assert isinstance(result, dict)
-        # an ApiVersions request of a version we do not know is answered as v0
-        version = request.version if request.body is not None else 0
-        data = encode_response(request.api, version, request.header.correlation_id, result)
+        corruption = self.faults.take_corruption(name)
+        correlation_id = request.header.correlation_id
+        if corruption == "garbled":
+            # the right correlation id, then a body no version of any response parses (a count of 2^31-1
+            # elements with nothing after it)
+            data = correlation_id.to_bytes(4, "big", signed=True) + _GARBLED_BODY
+        elif corruption == "oversized":
+            # a frame size no client accepts (2^31-1 bytes announced), then a few bytes
+            data = _OVERSIZED_FRAME + correlation_id.to_bytes(4, "big", signed=True)
+            self.channel.send_response(Response(request, data, send_at=send_at, raw=True))
+            return
+        elif request.body is None:
+            # an ApiVersions request of a version we do not serve is answered as v0 (Kafka), or, as a
+            # fault, in the requested version's flexible shape (a server that does not special-case it)
+            data = self._unsupported_api_versions_reply(request, result)
+        else:
+            data = encode_response(request.api, request.version, correlation_id, result)
         self.channel.send_response(Response(request, data, send_at=send_at, close_after_send=close_after_send))
+
+    def _unsupported_api_versions_reply(self, request: Request, result: Body) -> bytes:
+        correlation_id = request.header.correlation_id
+        if self.config.unsupported_api_versions_reply != "as_requested":
+            return encode_response(request.api, 0, correlation_id, result)
+        version = min(request.version, API_VERSIONS.max_version)
+        body = API_VERSIONS.encode_response(version, result)
+        if API_VERSIONS.is_flexible(version):
+            # a flexible response header (tagged fields), which ApiVersions never has
+            return correlation_id.to_bytes(4, "big", signed=True) + b"\x00" + body
+        return correlation_id.to_bytes(4, "big", signed=True) + body
 
     # ----------------------------------------------------------------------------- helpers
 
@@ -172,9 +247,15 @@ class KafkaApis:
         return NO_ERROR, p
 
     def leader_info(self, p: Optional[PartitionState]) -> Body:
+        """KIP-951's leader hint: the partition's leader and epoch (-1, -1 when unknown or not alive)."""
         if p is None:
             return {"leader_id": -1, "leader_epoch": -1}
-        return {"leader_id": p.leader, "leader_epoch": p.leader_epoch}
+        with self.state.lock:
+            leader, epoch = p.leader, p.leader_epoch
+            broker = self.state.brokers.get(leader)
+            if broker is None or not broker.alive:
+                return {"leader_id": -1, "leader_epoch": -1}
+        return {"leader_id": leader, "leader_epoch": epoch}
 
     def node_endpoints(self, broker_ids: List[int]) -> List[Body]:
         out = []
@@ -187,7 +268,7 @@ class KafkaApis:
 
     def handle_api_versions(self, request: Request) -> Result:
         if request.body is None:
-            lo, hi = SERVED_VERSIONS[API_VERSIONS.key]
+            lo, hi = self.served[API_VERSIONS.key]
             return {
                 "error_code": UnsupportedVersionError.code,
                 "api_keys": [{"api_key": API_VERSIONS.key, "min_version": lo, "max_version": hi}],
@@ -197,7 +278,7 @@ class KafkaApis:
             "error_code": injected or NO_ERROR,
             "api_keys": [
                 {"api_key": key, "min_version": lo, "max_version": hi}
-                for key, (lo, hi) in sorted(SERVED_VERSIONS.items())
+                for key, (lo, hi) in sorted(self.served.items())
             ],
             "throttle_time_ms": 0,
         }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from .apis import SERVED_VERSIONS, KafkaApis
+from .apis import KafkaApis
 from .request_channel import RequestChannel
 from .request_handler import RequestHandlerPool
 from .security import ListenerSecurity
@@ -59,7 +59,7 @@ class MockBroker:
         channel = RequestChannel()
         apis = KafkaApis(self.info.id, self._state, self._txn, channel)
         server = SocketServer(
-            self.info.id, self.info.host, self.info.port, channel, SERVED_VERSIONS,
+            self.info.id, self.info.host, self.info.port, channel, apis.served,
             self._num_processors, self._state.config.max_request_size, self._security,
         )
         server.start()

@@ -19,8 +19,9 @@ import signal
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .apis import VersionSpec
 from .cluster import MockCluster
 from .security import ALL_MECHANISMS
 
@@ -72,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="partitions of auto-created topics (default 1)")
     parser.add_argument("--processors", type=int, default=2, help="network threads per broker")
     parser.add_argument("--handlers", type=int, default=2, help="request handler threads per broker")
+    parser.add_argument("--api-version", dest="api_versions", action="append", type=api_version_spec, default=[],
+                        metavar="API=MAX|MIN-MAX|none",
+                        help="play an older broker: serve this API only up to MAX (or MIN-MAX, or not at all), "
+                             "e.g. --api-version Produce=7 --api-version ApiVersions=2 (repeatable)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every connection and request")
     sec = parser.add_argument_group("security (--tls: SSL; --sasl-user: SASL_PLAINTEXT; both: SASL_SSL)")
     sec.add_argument("--tls", action="store_true",
@@ -92,6 +97,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sec.add_argument("--client-config", metavar="PATH",
                      help="write the client settings (client.properties) here, readable by you only "
                           "(default: a file in a temporary directory)")
+
+
+def api_version_spec(text: str) -> Tuple[str, Optional[Tuple[int, int]]]:
+    """``"API=MAX"``, ``"API=MIN-MAX"`` or ``"API=none"`` (an older broker: see MockCluster's api_versions)."""
+    name, sep, value = text.partition("=")
+    value = value.strip().lower()
+    if not sep or not name.strip() or not value:
+        raise argparse.ArgumentTypeError(f"bad --api-version {text!r}: use API=MAX, API=MIN-MAX or API=none")
+    if value == "none":
+        return name.strip(), None
+    lo_text, dash, hi_text = value.partition("-")
+    try:
+        hi = int(hi_text if dash else lo_text)
+        lo = int(lo_text) if dash else -1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --api-version {text!r}: versions are integers") from None
+    return name.strip(), (lo, hi)
+
+
+def _api_versions(specs: Sequence[Tuple[str, Optional[Tuple[int, int]]]]) -> Dict[Union[str, int], VersionSpec]:
+    out: Dict[Union[str, int], VersionSpec] = {}
+    for name, rng in specs:
+        out[name] = None if rng is None else (rng[1] if rng[0] < 0 else rng)
+    return out
 
 
 def build_cluster(args: argparse.Namespace) -> MockCluster:
@@ -122,6 +151,7 @@ def build_cluster(args: argparse.Namespace) -> MockCluster:
         auto_create_topics=bool(getattr(args, "auto_create_topics", False)),
         default_partitions=int(getattr(args, "default_partitions", 1)),
         ports=ports,
+        api_versions=_api_versions(getattr(args, "api_versions", None) or []) or None,
         **security,
     )
 
@@ -239,6 +269,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--ssl-client-auth needs --tls")
     if args.session_lifetime_ms < 0:
         parser.error("--session-lifetime-ms must be 0 or positive")
+    if args.api_versions:
+        from .apis import restrict_versions
+
+        try:
+            restrict_versions(_api_versions(args.api_versions))
+        except ValueError as e:
+            parser.error(f"--api-version: {e}")
     _exit_on_sigterm()
     try:
         return serve_forever(args)

@@ -7,7 +7,7 @@ from collections import Counter
 from types import TracebackType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .apis import API_NAMES
+from .apis import API_NAMES, VersionSpec, restrict_versions
 from .broker import MockBroker
 from .faults import FaultInjector, RequestLogEntry
 from .log import StoredRecord, decode_batches
@@ -49,6 +49,15 @@ class MockCluster:
     :attr:`ca_pem` and :meth:`client_config`); ``scram_iterations`` the SCRAM iteration count.
     :meth:`client_config` gives the client settings to connect; :attr:`auth_stats` and
     :attr:`connection_count_total` count authentications and connections.
+
+    An older broker: ``api_versions`` limits what every broker advertises in ApiVersions and accepts,
+    per API (name or key): a max version, a ``(min, max)`` pair, or None for an API the broker does not
+    have, e.g. ``{"ApiVersions": 2, "Produce": 7, "Metadata": 8, "InitProducerId": None}`` (see
+    :func:`kproducer.mock.apis.restrict_versions`). As Kafka, a request of a version not served closes
+    the connection, except ApiVersions, which is answered UNSUPPORTED_VERSION encoded as v0 listing the
+    ApiVersions versions served; ``unsupported_api_versions_reply="as_requested"`` answers it instead in
+    the requested version's flexible shape, which parses as neither (as some Kafka-protocol servers do).
+    :attr:`served_versions` is what the brokers serve.
     """
 
     def __init__(
@@ -74,6 +83,8 @@ class MockCluster:
         ssl_ca_pem: Optional[str] = None,
         ssl_client_auth: str = "none",
         scram_iterations: int = 4096,
+        api_versions: Optional[Mapping[Union[str, int], VersionSpec]] = None,
+        unsupported_api_versions_reply: str = "v0",
     ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
@@ -81,6 +92,9 @@ class MockCluster:
             raise ValueError(f"{len(ports)} ports given for {num_brokers} brokers")
         if default_partitions < 1:
             raise ValueError("default_partitions must be at least 1")
+        if unsupported_api_versions_reply not in ("v0", "as_requested"):
+            raise ValueError(f"unsupported_api_versions_reply must be 'v0' or 'as_requested', "
+                             f"not {unsupported_api_versions_reply!r}")
         config = ClusterConfig(
             auto_create_topics=auto_create_topics,
             default_partitions=default_partitions,
@@ -89,6 +103,8 @@ class MockCluster:
             max_fetch_wait_ms=max_fetch_wait_ms,
             validate_records=validate_records,
             move_leaders_on_stop=move_leaders_on_stop,
+            served_versions=restrict_versions(api_versions) if api_versions else None,
+            unsupported_api_versions_reply=unsupported_api_versions_reply,
         )
         self._certs: Optional[Any] = None  # kproducer.mock.certs.Certificates when the cluster made them
         self._ca_pem = ssl_ca_pem
@@ -410,6 +426,18 @@ class MockCluster:
         """Delay every response of a broker by ``ms`` milliseconds (0 removes the delay)."""
         self._broker(broker_id)
         self._faults.set_latency(broker_id, ms)
+
+    def corrupt_responses(self, api: Union[str, int], kind: str = "garbled", count: int = 1) -> None:
+        """Process the next ``count`` requests of ``api`` but answer each with a broken response:
+        ``"garbled"`` (a body no response version parses) or ``"oversized"`` (a frame size of 2^31-1)."""
+        self._faults.corrupt_responses(api, kind, count)
+
+    @property
+    def served_versions(self) -> Dict[int, Tuple[int, int]]:
+        """API key -> (min, max) version every broker advertises and accepts."""
+        from .apis import SERVED_VERSIONS
+
+        return dict(self._state.config.served_versions or SERVED_VERSIONS)
 
     def clear_faults(self) -> None:
         self._faults.clear()

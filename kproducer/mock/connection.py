@@ -110,6 +110,10 @@ class Connection:
             self._out.append(memoryview(_SIZE.pack(len(payload))))
             self._out.append(memoryview(payload))
 
+    def enqueue_raw(self, data: bytes) -> None:
+        """Queue bytes as they are, with no size prefix (fault injection)."""
+        self._out.append(memoryview(data))
+
     def has_pending_send(self) -> bool:
         return bool(self._out)
 

@@ -8,6 +8,9 @@
 * ``drop_responses(api, count)``: the next ``count`` requests of that API are processed (a Produce is
   appended) but the connection is closed instead of answering: a lost response.
 * ``set_latency(broker_id, ms)``: every response of that broker leaves ``ms`` later.
+* ``corrupt_responses(api, kind, count)``: the next ``count`` requests of that API are processed but
+  answered with a broken response: ``"garbled"`` (the right correlation id, then a body that parses as
+  no version of any response) or ``"oversized"`` (a frame size of 2^31-1 bytes that no client accepts).
 """
 from __future__ import annotations
 
@@ -18,6 +21,10 @@ from collections import Counter, deque
 from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from ..protocol.messages import APIS
+
+
+#: the kinds of broken responses :meth:`FaultInjector.corrupt_responses` can send
+CORRUPTIONS = ("garbled", "oversized")
 
 
 def api_name(name: Union[str, int]) -> str:
@@ -55,6 +62,7 @@ class FaultInjector:
         self._known = set(known_apis)
         self._errors: Dict[str, Deque[int]] = {}
         self._drops: Dict[str, int] = {}
+        self._corruptions: Dict[str, Deque[str]] = {}
         self._latency: Dict[int, float] = {}
         self.request_counts: "Counter[str]" = Counter()
         self.request_log: Deque[RequestLogEntry] = deque(maxlen=log_size)
@@ -106,6 +114,28 @@ class FaultInjector:
                 self._drops[name] = left - 1
             return True
 
+    def corrupt_responses(self, api: Union[str, int], kind: str = "garbled", count: int = 1) -> None:
+        name = self._check(api)
+        if kind not in CORRUPTIONS:
+            raise ValueError(f"unknown corruption {kind!r}; known: {', '.join(CORRUPTIONS)}")
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        with self._lock:
+            self._corruptions.setdefault(name, deque()).extend([kind] * count)
+
+    def take_corruption(self, name: str) -> Optional[str]:
+        """The next corruption for this API's response (``name`` already normalised), or None."""
+        if not self._corruptions:
+            return None
+        with self._lock:
+            pending = self._corruptions.get(name)
+            if not pending:
+                return None
+            kind = pending.popleft()
+            if not pending:
+                del self._corruptions[name]
+            return kind
+
     def set_latency(self, broker_id: int, ms: float) -> None:
         with self._lock:
             if ms > 0:
@@ -134,4 +164,5 @@ class FaultInjector:
         with self._lock:
             self._errors.clear()
             self._drops.clear()
+            self._corruptions.clear()
             self._latency.clear()

@@ -208,7 +208,10 @@ class Processor(threading.Thread):
             return
         if response.close_after_send:
             conn.close_after_send = True
-        conn.enqueue(response.data)
+        if response.raw:
+            conn.enqueue_raw(response.data)
+        else:
+            conn.enqueue(response.data)
         try:
             done = conn.write()
         except OSError as e:
@@ -341,6 +344,13 @@ class Processor(threading.Thread):
                 return None
         lo, hi = self._served[header.api_key]
         body = None
+        if lo <= header.api_version <= hi and header.api_version < api.min_version:
+            # an older broker's version that the mock advertises but has no codec for (restricted versions)
+            self._disconnected.append(
+                (conn, f"{api.name} v{header.api_version} is advertised but the mock cannot decode it "
+                       f"(implemented: v{api.min_version}-v{api.max_version})", logging.WARNING)
+            )
+            return None
         if lo <= header.api_version <= hi:
             try:
                 body = api.decode_request(header.api_version, frame, pos)
@@ -350,7 +360,8 @@ class Processor(threading.Thread):
                 )
                 return None
         elif api.key != API_VERSIONS.key:
-            # ApiVersions of an unknown version is answered (UNSUPPORTED_VERSION, as v0); others close
+            # ApiVersions of an unknown version is answered (UNSUPPORTED_VERSION, as v0); others close, as
+            # Kafka's SocketServer does (InvalidRequestException "... which is not enabled")
             self._disconnected.append(
                 (conn, f"unsupported {api.name} version {header.api_version} (served: v{lo}-v{hi})", logging.WARNING)
             )

@@ -40,6 +40,7 @@ def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
     responses = []
     any_error = False
     moved: List[int] = []
+    hints = request.version >= 10
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
         parts = []
@@ -47,8 +48,12 @@ def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
             result = _produce_partition(apis, name, pd["index"], pd["records"], acks, transactional_id)
             if result["error_code"]:
                 any_error = True
-                if result["error_code"] == NotLeaderOrFollowerError.code and "current_leader" in result:
-                    moved.append(result["current_leader"]["leader_id"])
+                if result["error_code"] == NotLeaderOrFollowerError.code and hints:
+                    # KIP-951 (v10+): where the partition's leader is now, and that broker's endpoint
+                    leader = apis.leader_info(apis.state.partition(name, pd["index"]))
+                    result["current_leader"] = leader
+                    if leader["leader_id"] >= 0:
+                        moved.append(leader["leader_id"])
             parts.append(result)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:
@@ -82,10 +87,7 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
         return _result(index, injected, message="injected error")
     error, p = apis.partition_error(topic, index)
     if error:
-        result = _result(index, error)
-        if p is not None:
-            result["current_leader"] = apis.leader_info(p)
-        return result
+        return _result(index, error)
     assert p is not None
     if not data:
         return _result(index, InvalidRecordError.code, message="the partition data holds no record batch")

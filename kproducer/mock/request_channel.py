@@ -71,7 +71,7 @@ class Request:
 class Response:
     """What a processor should do for a request: send ``data``, do nothing (``data`` None), or close."""
 
-    __slots__ = ("request", "data", "close", "send_at", "close_after_send")
+    __slots__ = ("request", "data", "close", "send_at", "close_after_send", "raw")
 
     def __init__(
         self,
@@ -80,6 +80,7 @@ class Response:
         close: bool = False,
         send_at: float = 0.0,
         close_after_send: bool = False,
+        raw: bool = False,
     ) -> None:
         self.request = request
         #: the response frame without its size prefix; None for a no-op response
@@ -90,6 +91,8 @@ class Response:
         self.send_at = send_at
         #: send ``data``, then close the connection (a failed authentication)
         self.close_after_send = close_after_send
+        #: ``data`` goes on the wire as it is, without a size prefix (a fault: a hostile frame size)
+        self.raw = raw
 
 
 _STOP = object()

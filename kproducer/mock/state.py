@@ -40,6 +40,13 @@ class ClusterConfig:
     #: when a broker stops, its partitions get a new leader among the live brokers
     move_leaders_on_stop: bool = True
     transaction_max_timeout_ms: int = 900000
+    #: api key -> (min, max) versions the brokers advertise and accept (an older broker); None: every API
+    #: and version the mock implements (see :func:`kproducer.mock.apis.restrict_versions`)
+    served_versions: Optional[Dict[int, Tuple[int, int]]] = None
+    #: how an ApiVersions request of a version above the served ones is answered: "v0" (Kafka: the error
+    #: encoded as v0, listing the ApiVersions versions served) or "as_requested" (a fault: encoded in
+    #: the requested version's flexible shape with a flexible header, which parses as neither)
+    unsupported_api_versions_reply: str = "v0"
 
 
 class BrokerInfo:

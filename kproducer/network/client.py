@@ -290,7 +290,9 @@ class NetworkClient:
             raise KafkaError(f"node {node_id} has not completed ApiVersions negotiation")
         rng = versions.get(api.key)
         if rng is None:
-            raise UnsupportedVersionError(f"broker {node_id} does not support the {api.name} API")
+            raise UnsupportedVersionError(
+                f"broker {node_id} does not support the {api.name} API (kproducer needs {api.name} "
+                f"v{api.min_version}-v{api.max_version}); the broker is too old for this feature")
         v = m.negotiate_version(api, rng[0], rng[1])
         if v is None:
             raise UnsupportedVersionError(
@@ -621,8 +623,14 @@ class NetworkClient:
             log.debug("no broker available for a metadata request; backing off")
             return self.reconnect_backoff_ms
         if self.is_ready(node_id, now_ms):
+            try:
+                version = self.api_version(node_id, m.METADATA)
+            except UnsupportedVersionError as e:
+                # an older broker whose Metadata versions we cannot speak: waiting cannot help (Java's
+                # DefaultMetadataUpdater hands this to Metadata.fatalError, which metadata waits throw)
+                self._metadata_unsupported(node_id, e, now_ms)
+                return self.reconnect_backoff_ms
             topics, partial = self.metadata.request_topics(now_ms)
-            version = self.api_version(node_id, m.METADATA)
             body: Dict[str, Any] = {
                 "topics": [{"name": t} for t in topics] if topics is not None else None,
                 "allow_auto_topic_creation": self.allow_auto_topic_creation,
@@ -637,6 +645,13 @@ class NetworkClient:
             return self.reconnect_backoff_ms
         self._initiate_connect(node_id, now_ms)
         return self.reconnect_backoff_ms
+
+    def _metadata_unsupported(self, node_id: int, error: UnsupportedVersionError, now_ms: float) -> None:
+        log.error("cannot fetch metadata from node %s: %s", node_id, error)
+        addr = self._node_addresses.get(node_id)
+        if addr is not None:
+            self.last_errors[f"{addr[0]}:{addr[1]}"] = str(error)
+        self.metadata.failed_update(now_ms, error)
 
     def _bootstrap_is_known_brokers(self) -> bool:
         """Whether bootstrap.servers names only brokers of the current metadata (a single broker, or a

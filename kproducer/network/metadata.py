@@ -259,6 +259,7 @@ class Metadata:
             self.last_refresh_ms = now_ms
             self._last_response_ms = now_ms
             self.attempts = 0
+            self._fatal = None  # a broker answered: an earlier fatal refresh error is no longer current
             self._backoff_ms = self.refresh_backoff.backoff(0)
             if not partial:
                 self.last_successful_refresh_ms = now_ms
@@ -296,6 +297,53 @@ class Metadata:
                 out.append(kept)
         self._topic_ids.update(topic_ids)
         return out
+
+    def update_partition_leadership(self, leaders: Mapping[Tuple[str, int], Tuple[int, int]],
+                                    nodes: Iterable[Node]) -> Set[Tuple[str, int]]:
+        """KIP-951: apply the leaders a Produce (v10+) response named for partitions it refused with
+        NOT_LEADER_OR_FOLLOWER, ``(leader id, leader epoch)`` per partition, with the endpoints of those
+        leaders (Java's ``Metadata.updatePartitionLeadership``). The brokers given are added to (or
+        replace, by id) the known ones; a partition is updated only when its new epoch is newer than the
+        one we have, its leader's address is known, and the partition is in the metadata. The rest of the
+        metadata is kept as it is, and a refresh is not counted as done. Returns the updated partitions."""
+        with self._lock:
+            old = self.cluster
+            if old.is_bootstrap:
+                return set()
+            merged: Dict[int, Node] = dict(old.nodes)
+            for n in nodes:
+                if n.node_id >= 0 and n.host and n.port >= 0:
+                    merged[n.node_id] = n
+            by_tp = {(p.topic, p.partition): p for ps in old.partitions.values() for p in ps}
+            updated: Dict[Tuple[str, int], PartitionInfo] = {}
+            for tp, (leader, epoch) in leaders.items():
+                if leader < 0 or epoch < 0:
+                    log.debug("%s-%s: incomplete leader hint (leader %s, epoch %s); ignored", tp[0], tp[1],
+                              leader, epoch)
+                    continue
+                current = by_tp.get(tp)
+                if current is None:
+                    log.debug("%s-%s: leader hint for a partition no longer in the metadata; ignored", *tp)
+                    continue
+                known = max(current.leader_epoch, self._last_seen_epochs.get(tp, -1))
+                if epoch <= known:
+                    log.debug("%s-%s: leader hint %s (epoch %s) is not newer than epoch %s; ignored", tp[0],
+                              tp[1], leader, epoch, known)
+                    continue
+                if leader not in merged:
+                    log.debug("%s-%s: leader hint names broker %s, whose address is unknown; ignored", tp[0],
+                              tp[1], leader)
+                    continue
+                updated[tp] = current._replace(leader=leader, leader_epoch=epoch, error_code=0)
+                self._last_seen_epochs[tp] = epoch
+            if not updated:
+                return set()
+            parts = [updated.get((p.topic, p.partition), p) for ps in old.partitions.values() for p in ps]
+            self.cluster = Cluster(merged.values(), parts, old.topic_errors, old.cluster_id, old.controller_id)
+            for tp, p in updated.items():
+                log.debug("%s-%s: leader is now broker %s (epoch %s), from a produce response", tp[0], tp[1],
+                          p.leader, p.leader_epoch)
+            return set(updated)
 
     def last_seen_leader_epoch(self, tp: Tuple[str, int]) -> Optional[int]:
         return self._last_seen_epochs.get(tp)
@@ -356,10 +404,11 @@ class Metadata:
 
     def await_update(self, last_version: int, timeout_ms: float, auth_failures: Optional[int] = None) -> bool:
         """Block until the version moves past ``last_version`` (or, when ``auth_failures`` is given, an
-        authentication failure happens after that count); False on timeout."""
+        authentication failure happens after that count, or a refresh failed for good: see
+        :meth:`topic_exception`); False on timeout."""
         deadline = self.clock.monotonic_ms() + timeout_ms
         with self._lock:
-            while self.version <= last_version and not self.closed and \
+            while self.version <= last_version and not self.closed and self._fatal is None and \
                     (auth_failures is None or self.auth_failures <= auth_failures):
                 remaining = deadline - self.clock.monotonic_ms()
                 if remaining <= 0:

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Seque
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
 from ..errors import KafkaError, ProducerClosedError
-from ..protocol.records import RecordBatchBuilder
+from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
+from .compression_ratio import BatchSizing, CompressionRatioEstimator
 from .future import Callback, FutureRecordMetadata
 
 if TYPE_CHECKING:
@@ -56,8 +57,15 @@ class RecordAccumulator:
         clock: Clock = SYSTEM_CLOCK,
         transaction_manager: Optional["TransactionManager"] = None,
         backoff: Optional[ExponentialBackoff] = None,
+        max_request_size: Optional[int] = None,
     ) -> None:
         self.batch_size = batch_size
+        #: compressed batches are cut at batch.size *estimated compressed* bytes; see compression_ratio.py
+        self.ratio_estimator = CompressionRatioEstimator()
+        #: no batch grows beyond this many uncompressed bytes (so even incompressible records fit a request)
+        self.max_request_size = max_request_size
+        self._sizing = BatchSizing(self.ratio_estimator, compression, batch_size, max_request_size,
+                                   buffer_pool.try_allocate) if compression else None
         self.linger_ms = linger_ms
         self.delivery_timeout_ms = delivery_timeout_ms
         self.free = buffer_pool
@@ -105,6 +113,11 @@ class RecordAccumulator:
                             last.thunks.append((callback, fut))  # type: ignore[union-attr]
                         # built without AppendResult's Python-level __new__ (~0.3 us)
                         return _tuple_new(AppendResult, (fut, len(dq) > 1, False))  # type: ignore[no-any-return]
+                    if last.sizing is not None and last.grow():
+                        # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
+                        grown = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                        if grown is not None:
+                            return AppendResult(grown, len(dq) > 1 or last.is_full(), False)
                     last.close_for_appends()
             self._appends_in_progress += 1
         finally:
@@ -133,11 +146,12 @@ class RecordAccumulator:
                     if not last.closed:
                         # another thread opened a batch while we waited for memory
                         fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
+                        if fut is None and last.sizing is not None and last.grow():
+                            fut = last.try_append(timestamp, key, value, headers, callback, now_ms)
                         if fut is not None:
                             return AppendResult(fut, len(dq) > 1 or last.is_full(), False)
                         last.close_for_appends()
-                builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
-                batch = ProducerBatch(tp[0], tp[1], builder, now_ms, reserved)
+                batch = self._new_batch(tp[0], tp[1], now_ms, reserved)
                 handed_to_batch = True
                 fut = batch.try_append(timestamp, key, value, headers, callback, now_ms)
                 assert fut is not None  # the first record always fits
@@ -172,6 +186,8 @@ class RecordAccumulator:
                     builder = last.builder
                     first_delta = builder.record_count
                     pos = builder.extend(timestamp, keys, values, headers, indices, pos)
+                    while pos < total and last.sizing is not None and last.grow():
+                        pos = builder.extend(timestamp, keys, values, headers, indices, pos)
                     if pos < total:
                         last.close_for_appends()
                     if pos > start:
@@ -198,8 +214,7 @@ class RecordAccumulator:
                         # another thread opened a batch meanwhile: use it
                         self.free.deallocate(reserved)
                         continue
-                    builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
-                    batch = ProducerBatch(topic, partition, builder, now_ms, reserved)
+                    batch = self._new_batch(topic, partition, now_ms, reserved)
                     dq.append(batch)
                     with self._incomplete_lock:
                         self._incomplete.add(batch)
@@ -208,6 +223,22 @@ class RecordAccumulator:
                 with self._lock:
                     self._appends_in_progress -= 1
         return wake
+
+    def _new_batch(self, topic: str, partition: int, now_ms: float, reserved: int) -> ProducerBatch:
+        """A new open batch; a compressed one is full at batch.size estimated *compressed* bytes."""
+        batch = ProducerBatch(topic, partition,
+                              RecordBatchBuilder(self.batch_size, self.compression, self.compression_level),
+                              now_ms, reserved)
+        if self._sizing is not None:
+            batch.compress_by_estimate(self._sizing)
+        return batch
+
+    def batch_limit(self, topic: str) -> int:
+        """About how many uncompressed bytes a full batch of ``topic`` holds (batch.size without compression);
+        the sticky partitioner moves on after that many bytes."""
+        if self._sizing is None:
+            return self.batch_size
+        return self._sizing.limit(self.ratio_estimator.estimate(topic, self.compression))
 
     # -- ready / drain (sender thread) -----------------------------------------------------------
 
@@ -357,16 +388,32 @@ class RecordAccumulator:
         for part in parts:
             part.close_for_appends()
         # memory stays reserved by the first part; the others reserve none
-        parts[0].reserved_bytes = batch.reserved_bytes
-        batch.reserved_bytes = 0
+        parts[0].take_memory_of(batch)
+        if self.compression:
+            # as Java: back to the initial estimate, or the big batch's ratio if worse, so splits stay rare
+            raw = batch.builder.uncompressed_records_size()
+            observed = (batch.estimated_size() - RECORD_BATCH_OVERHEAD) / raw if raw else 1.0
+            self.ratio_estimator.set(batch.topic, self.compression, max(1.0, observed))
         with self._incomplete_lock:
             self._incomplete.discard(batch)
             self._incomplete.update(parts)
         batch.hand_over(mapping)
         with self._lock:
             dq = self._batches.setdefault(batch.tp, deque())
-            for part in reversed(parts):
-                dq.appendleft(part)
+            if batch.has_sequence() and self.txn is not None:
+                # the parts take the big batch's place in sequence order (they get its sequences next): with
+                # several batches in flight, a later batch may have been split and queued first
+                i = 0
+                for i, other in enumerate(dq):
+                    if not other.has_sequence() or other.base_sequence > batch.base_sequence:
+                        break
+                else:
+                    i = len(dq)
+                for j, part in enumerate(parts):
+                    dq.insert(i + j, part)
+            else:
+                for part in reversed(parts):
+                    dq.appendleft(part)
         return len(parts)
 
     def split_out_failed_records(self, batch: ProducerBatch, failed: Dict[int, BaseException],
@@ -401,8 +448,7 @@ class RecordAccumulator:
         parts = ([good] if keep else []) + [b for b, _e in bad]
         for part in parts:
             part.close_for_appends()
-        parts[0].reserved_bytes = batch.reserved_bytes  # memory stays reserved by one part
-        batch.reserved_bytes = 0
+        parts[0].take_memory_of(batch)  # memory stays reserved by one part
         with self._incomplete_lock:
             self._incomplete.discard(batch)
             self._incomplete.update(parts)
@@ -446,9 +492,9 @@ class RecordAccumulator:
         with self._incomplete_lock:
             self._incomplete.discard(batch)
         batch.release()
-        if batch.reserved_bytes:
-            self.free.deallocate(batch.reserved_bytes)
-            batch.reserved_bytes = 0
+        reserved, extra = batch.memory_to_release()
+        self.free.deallocate(reserved)
+        self.free.deallocate(extra)
 
     def incomplete_batches(self) -> List[ProducerBatch]:
         with self._incomplete_lock:

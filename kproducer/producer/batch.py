@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
-from ..protocol.records import RecordBatchBuilder
+from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
+
+if TYPE_CHECKING:
+    from .compression_ratio import BatchSizing
 
 Header = Tuple[str, Optional[bytes]]
 Thunk = Tuple[Callback, FutureRecordMetadata]
@@ -19,7 +23,7 @@ class ProducerBatch:
         "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
         "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built",
-        "split_into", "reopened",
+        "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
@@ -51,6 +55,27 @@ class ProducerBatch:
         self._built: Optional[bytes] = None
         self.split_into: Optional[List[Tuple["ProducerBatch", int]]] = None
         self.reopened = False
+        #: a compressed batch: the estimated compression ratio its size is judged by (0.0: not compressed)
+        self.compression_ratio = 0.0
+        #: a compressed batch that may still grow (see :meth:`grow`), until it is built; else None
+        self.sizing: Optional["BatchSizing"] = None
+        #: memory reserved from the BufferPool by growing (given back with ``reserved_bytes``)
+        self.extra_bytes = 0
+        #: a compressed batch that grew at least once
+        self.grown = False
+        #: a compressed batch closed because it reached batch.size by the estimate (its ratio is representative)
+        self.filled = False
+
+    def compress_by_estimate(self, sizing: "BatchSizing") -> None:
+        """Make this (new, compressed) batch full at batch.size *estimated compressed* bytes: its builder gets
+        room for ``sizing.limit(estimate)`` uncompressed bytes, at most its capacity now (the memory reserved);
+        :meth:`grow` gives it more when it gets there."""
+        ratio = sizing.estimator.estimate(self.topic, sizing.codec)
+        self.compression_ratio = ratio
+        self.sizing = sizing
+        limit = sizing.limit(ratio)
+        if limit < self.builder.capacity:
+            self.builder.capacity = limit
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -76,8 +101,59 @@ class ProducerBatch:
         return self.closed or self.builder.estimated_size() >= self.builder.capacity
 
     def estimated_size(self) -> int:
+        """Bytes on the wire: exact once built; before, the uncompressed size, or for a compressed batch the
+        estimate from its compression ratio (as Java's ``estimatedSizeInBytes``: what drain packs by)."""
         built = self._built
-        return len(built) if built is not None else self.builder.estimated_size()
+        if built is not None:
+            return len(built)
+        ratio = self.compression_ratio
+        if ratio:
+            return RECORD_BATCH_OVERHEAD + int(self.builder.uncompressed_records_size() * ratio * ESTIMATION_FACTOR)
+        return self.builder.estimated_size()
+
+    def grow(self) -> bool:
+        """A compressed batch refused a record at its capacity: give it room up to batch.size estimated
+        compressed bytes, by the current estimate (or by measuring itself while the estimator knows nothing,
+        see ``BatchSizing``), reserving the memory that takes from the BufferPool if it is free now. False: the
+        batch is full. The caller holds the accumulator's lock."""
+        sizing = self.sizing
+        if sizing is None or self.closed:
+            return False
+        builder = self.builder
+        estimator = sizing.estimator
+        codec = sizing.codec
+        state = estimator.state(self.topic, codec)
+        if state == GUESSED or (state == SAMPLED and self.grown):
+            raw = builder.uncompressed_records_size()
+            if raw <= 0:
+                return False
+            estimator.sample(self.topic, codec, len(builder.records_section()) / raw)
+        ratio = estimator.estimate(self.topic, codec)
+        limit = sizing.limit(ratio)
+        if limit <= builder.capacity:
+            self.filled = True
+            return False
+        extra = limit - self.reserved_bytes - self.extra_bytes
+        if extra > 0:
+            if not sizing.try_allocate(extra):
+                return False
+            self.extra_bytes += extra
+        builder.capacity = limit
+        self.compression_ratio = ratio
+        self.grown = True
+        return True
+
+    def take_memory_of(self, other: "ProducerBatch") -> None:
+        """After a split, this part holds the memory the original batch reserved."""
+        self.reserved_bytes, other.reserved_bytes = other.reserved_bytes, 0
+        self.extra_bytes, other.extra_bytes = other.extra_bytes, 0
+
+    def memory_to_release(self) -> Tuple[int, int]:
+        """The BufferPool reservations to give back (batch.size-sized first, so the pool counts its block);
+        zeroed here."""
+        out = (self.reserved_bytes, self.extra_bytes)
+        self.reserved_bytes = self.extra_bytes = 0
+        return out
 
     def close_for_appends(self) -> None:
         self.closed = True
@@ -109,6 +185,13 @@ class ProducerBatch:
         if built is None:
             built = self._built = self.builder.build(self.producer_id, self.producer_epoch, self.base_sequence,
                                                      self.is_transactional)
+            sizing = self.sizing
+            if sizing is not None:  # a compressed batch, built for the first time: tell the estimator
+                self.sizing = None
+                raw = self.builder.uncompressed_records_size()
+                if raw > 0:
+                    sizing.estimator.observe(self.topic, sizing.codec, (len(built) - RECORD_BATCH_OVERHEAD) / raw,
+                                             self.filled)
         return built
 
     # -- retries and expiry ------------------------------------------------------------------

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Callable, Deque, Optional
+from typing import TYPE_CHECKING, Callable, Deque, Optional
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
+
+if TYPE_CHECKING:
+    from .metrics import ProducerMetrics
 
 
 class _Waiter:
@@ -37,6 +40,8 @@ class BufferPool:
         self._waiters: Deque[_Waiter] = deque()
         self._closed = False
         self.wait_time_ms_total = 0.0
+        #: where waits are recorded (bufferpool-wait-ratio; set by ProducerMetrics.watch)
+        self.metrics: Optional["ProducerMetrics"] = None
         #: called (on the freeing thread, outside the pool's lock) after memory was given back; the asyncio
         #: producer (kproducer.aio) sets it to wake sends waiting for buffer space without blocking its loop
         self.on_free: Optional[Callable[[], None]] = None
@@ -61,6 +66,7 @@ class BufferPool:
             self._waiters.append(waiter)
             start = self.clock.monotonic_ms()
             deadline = start + max_time_to_block_ms
+            exhausted = False
             try:
                 while waiter.collected < size:
                     if self._closed:
@@ -73,6 +79,7 @@ class BufferPool:
                         continue
                     remaining = deadline - self.clock.monotonic_ms()
                     if remaining <= 0:
+                        exhausted = True
                         raise BufferExhaustedError(
                             f"Failed to allocate {size} bytes within max.block.ms={max_time_to_block_ms:.0f} ms: "
                             f"buffer.memory={self.total_memory} is full of records waiting to be sent. "
@@ -86,10 +93,24 @@ class BufferPool:
                 waiter.collected = 0
                 raise
             finally:
-                self.wait_time_ms_total += self.clock.monotonic_ms() - start
+                waited = self.clock.monotonic_ms() - start
+                self.wait_time_ms_total += waited
+                if self.metrics is not None:
+                    self.metrics.record_buffer_wait(waited, exhausted)
                 self._waiters.remove(waiter)
                 if self._waiters and self._available > 0:
                     self._waiters[0].cond.notify()
+
+    def try_allocate(self, size: int) -> bool:
+        """Reserve ``size`` bytes only if that needs no waiting (free now, and nobody is waiting first);
+        never blocks. Used to grow a compressed batch beyond batch.size while its records are appended."""
+        if size <= 0:
+            return True
+        with self._lock:
+            if self._closed or self._waiters or self._available < size:
+                return False
+            self._take(size)
+            return True
 
     def _take(self, size: int) -> None:
         self._available -= size

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -18,6 +19,7 @@ from ..errors import (
     KafkaTimeoutError,
     MessageTooLargeError,
     ProducerClosedError,
+    ProducerForkedError,
     SerializationError,
     TransactionAbortedError,
     TransactionError,
@@ -31,6 +33,8 @@ from ..security import channel_security
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .partitioner import StickyPartitioner, murmur2
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
+from . import lifecycle
+from .metrics import Metric
 from .transaction_manager import TransactionManager
 from .wiring import wire_producer
 
@@ -123,7 +127,7 @@ class Producer:
         self._accumulator = parts.accumulator
         self._client = parts.client
         self._sender = parts.sender
-        self._sticky = StickyPartitioner(cfg.batch_size)
+        self._sticky = StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit)
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._partitioner = cfg.partitioner
@@ -139,8 +143,14 @@ class Producer:
         self._system_clock = type(clk) is Clock
         self._wakeup = selector.wakeup
         self._closed = False
+        self._forked = False  # True in a child process that inherited this producer through fork()
+        self._pid = os.getpid()
         self._close_lock = threading.Lock()
         self._sender.start()
+        # (the network thread references no Producer: dropped without close(), this object is collected,
+        # the finalizer warns and the thread delivers what is queued; see lifecycle.py)
+        self._finalizer = lifecycle.register(self, self._sender,
+                                             lifecycle.exit_flush_seconds(cfg.delivery_timeout_ms))
         log.info("kproducer %s started (client.id=%s, bootstrap=%s, acks=%s, idempotence=%s)", __version__,
                  self.client_id, ",".join(f"{h}:{p}" for h, p in cfg.bootstrap_servers), cfg.acks,
                  cfg.enable_idempotence)
@@ -236,10 +246,11 @@ class Producer:
                                               self._max_block_ms if waited is None else waited, now)
             if sticky is not None:
                 sticky[1] += size
-                if sticky[1] >= self._batch_size:
+                if sticky[1] >= sticky[2]:  # a batch's worth (compressed batches hold more: partitioner.py)
                     sticky[0] = self._sticky.next_partition(cluster.available.get(topic, ()), num_partitions,
                                                             sticky[0])
                     sticky[1] = 0
+                    sticky[2] = self._sticky.limit(topic)
             if result[2]:
                 # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
                 # the sender on every append while a partition has more than one batch; here each wakeup can
@@ -260,7 +271,7 @@ class Producer:
         txn = self._txn
         if txn is not None and txn.is_transactional:
             txn.maybe_transition_to_error_state(error)
-        self._sender.metrics.record_error(1)
+        self._sender.metrics.record_errors(None, 1)
         timestamp = timestamp_ms if type(timestamp_ms) is int else self._wall_ms()
         return failed_future(topic, partition if type(partition) is int else None, timestamp,
                              len(key) if isinstance(key, bytes) else -1, len(value) if isinstance(value, bytes) else -1,
@@ -268,7 +279,7 @@ class Producer:
 
     def _raise_unusable(self) -> None:
         if self._closed:
-            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+            self._raise_closed("send()")
         assert self._sender.fatal_error is not None
         raise self._sender.fatal_error
 
@@ -290,7 +301,7 @@ class Producer:
         before any is queued: a bad one raises and nothing is sent. Returns a :class:`BatchSendFuture`.
         """
         if self._closed:
-            raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+            self._raise_closed("send_batch()")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
         if not isinstance(topic, str) or not topic:
@@ -447,6 +458,8 @@ class Producer:
     def flush(self, timeout: Optional[float] = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed. ``timeout`` in seconds;
         KafkaTimeoutError when it passes first."""
+        if self._forked:
+            self._raise_closed("flush()")
         if threading.current_thread() is self._sender:
             raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
         acc = self._accumulator
@@ -470,11 +483,19 @@ class Producer:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Send what is queued (waiting up to ``timeout`` seconds, forever when None), then stop. Records
-        still unsent after the timeout fail with ProducerClosedError."""
+        still unsent after the timeout fail with ProducerClosedError.
+
+        In a child process that inherited this producer through fork(), close() only drops the child's
+        copy: nothing is sent (the connections belong to the parent) and nothing is raised."""
+        if self._forked:
+            log.debug("close() of %s in a forked child: dropping the inherited producer", self.client_id)
+            return
         with self._close_lock:
             if self._closed and not self._sender.is_alive():
                 return
             self._closed = True
+        self._finalizer.detach()
+        lifecycle.closing(self._sender)
         if threading.current_thread() is self._sender:
             log.warning("close() called from a producer callback: closing without waiting")
             self._sender.force_stop()
@@ -496,12 +517,22 @@ class Producer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self) -> None:  # a forgotten producer must not keep a thread alive forever
-        try:
-            if not self._closed:
-                self._sender.force_stop()
-        except Exception:
-            pass
+    # -- fork (see lifecycle.py) -----------------------------------------------------------------
+
+    def _mark_forked(self) -> None:
+        """Called in a child process right after fork(): this producer belongs to the parent. Takes no lock
+        (one may have been held by another parent thread at the fork)."""
+        self._forked = True
+        self._closed = True  # (send() checks only this on its hot path, then finds _forked)
+        self._finalizer.detach()
+
+    def _raise_closed(self, call: str) -> NoReturn:
+        if self._forked:
+            raise ProducerForkedError(
+                f"{call} on a producer inherited through fork() (created in process {self._pid}, this is "
+                f"process {os.getpid()}): a producer cannot be used across fork(); create a new Producer "
+                "in the child process")
+        raise ProducerClosedError(f"{call} called after close(): the producer no longer accepts records")
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -560,34 +591,44 @@ class Producer:
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
 
-    def _check_open(self) -> None:
+    def _check_open(self, call: str = "a transactional call") -> None:
         if self._closed:
+            if self._forked:
+                self._raise_closed(call)
             raise ProducerClosedError("the producer is closed")
 
     # -- introspection ---------------------------------------------------------------------------
 
     def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[PartitionInfo]:
         """The topic's partitions (waiting up to max.block.ms, or ``timeout`` seconds, for metadata)."""
+        if self._forked:
+            self._raise_closed("partitions_for()")
         wait_ms = self._max_block_ms if timeout is None else timeout * 1000.0
         self._wait_on_metadata(topic, None, wait_ms)
         return list(self._metadata.cluster.partitions.get(topic, ()))
 
     def metrics(self) -> Dict[str, Union[int, float]]:
-        out: Dict[str, Union[int, float]] = dict(self._sender.metrics.snapshot())
-        out["buffer-total-bytes"] = self._pool.total_memory
-        out["buffer-available-bytes"] = self._pool.available_memory()
-        out["bufferpool-wait-time-ms-total"] = self._pool.wait_time_ms_total
-        out["waiting-threads"] = self._pool.queued()
-        out["queued-batches"] = self._accumulator.queued_batches()
-        out["requests-in-flight"] = self._client.in_flight_count()
-        return out
+        """Every metric, measured now, by name: Java's producer-metrics by their bare names
+        (``record-send-rate``, ``request-latency-avg``, ...), per-topic ones as ``record-send-rate{topic=orders}``
+        and per-node ones as ``request-latency-avg{node-id=node-1}``. Rates are per second and, with averages
+        and maxima, cover the last metrics.num.samples x metrics.sample.window.ms (NaN when nothing was
+        recorded there); ``-total`` metrics count from the start. See docs/metrics.md."""
+        if self._forked:
+            self._raise_closed("metrics()")
+        return self._sender.metrics.snapshot()
+
+    def metric_list(self) -> List[Metric]:
+        """Every metric, measured now, as :class:`~kproducer.producer.metrics.Metric` (name, group, tags,
+        description, value): what monitoring bridges such as kproducer.metrics_prometheus read."""
+        return self._sender.metrics.metric_list()
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"{h}:{p}" for h, p in self.config.bootstrap_servers)
 
     def __repr__(self) -> str:
-        return f"<Producer {self.client_id} {self.bootstrap_servers}{' closed' if self._closed else ''}>"
+        state = " forked" if self._forked else " closed" if self._closed else ""
+        return f"<Producer {self.client_id} {self.bootstrap_servers}{state}>"
 
 
 __all__ = ["HeaderInput", "Producer"]

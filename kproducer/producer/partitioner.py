@@ -53,22 +53,32 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
 
 
 class StickyPartitioner:
-    """Keyless records stick to one partition until about ``batch_size`` bytes went to it, then move to
+    """Keyless records stick to one partition until about a batch's worth of bytes went to it, then move to
     another partition chosen at random among those with a leader (uniform sticky, KIP-794).
 
-    ``state`` maps a topic to ``[partition, bytes sent to it]``; Producer.send() reads and updates it
-    inline (the per-record hot path), everything else goes through the methods."""
+    A batch's worth is ``batch_size`` bytes, or ``batch_bytes(topic)`` when given: with compression a batch holds
+    more than batch.size uncompressed bytes (the accumulator's estimate, as Java counts estimated compressed
+    bytes); it is read again at each switch.
 
-    def __init__(self, batch_size: int, rng: Optional[random.Random] = None) -> None:
+    ``state`` maps a topic to ``[partition, bytes sent to it, bytes before switching]``; Producer.send() reads and
+    updates it inline (the per-record hot path), everything else goes through the methods."""
+
+    def __init__(self, batch_size: int, rng: Optional[random.Random] = None,
+                 batch_bytes: Optional[Callable[[str], int]] = None) -> None:
         self.batch_size = max(1, batch_size)
         self._rng = rng or random.Random()
+        self._batch_bytes = batch_bytes
         self.state: Dict[str, List[int]] = {}
+
+    def limit(self, topic: str) -> int:
+        """Bytes of keyless records that go to one partition before switching."""
+        return self.batch_size if self._batch_bytes is None else max(1, self._batch_bytes(topic))
 
     def current(self, topic: str, available: Sequence[int], num_partitions: int) -> List[int]:
         """The topic's ``[partition, bytes]`` state, (re)started when unknown or out of range."""
         st = self.state.get(topic)
         if st is None or st[0] >= num_partitions:
-            st = self.state[topic] = [self._next(available, num_partitions, -1), 0]
+            st = self.state[topic] = [self._next(available, num_partitions, -1), 0, self.limit(topic)]
         return st
 
     def partition(self, topic: str, available: Sequence[int], num_partitions: int) -> int:
@@ -80,9 +90,10 @@ class StickyPartitioner:
         if st is None:
             return
         st[1] += size
-        if st[1] >= self.batch_size:
+        if st[1] >= st[2]:
             st[0] = self._next(available, num_partitions, st[0])
             st[1] = 0
+            st[2] = self.limit(topic)
 
     def runs(self, topic: str, sizes: Sequence[int], available: Sequence[int],
              num_partitions: int) -> List[Tuple[int, int, int]]:
@@ -95,8 +106,8 @@ class StickyPartitioner:
         while start < n:
             st = self.current(topic, available, num_partitions)
             base = cum[start - 1] if start else 0
-            # the record that reaches batch_size still goes to this partition, as in record_appended
-            stop = bisect.bisect_left(cum, base + self.batch_size - st[1], start) + 1
+            # the record that reaches the limit still goes to this partition, as in record_appended
+            stop = bisect.bisect_left(cum, base + st[2] - st[1], start) + 1
             if stop > n:
                 st[1] += cum[-1] - base
                 out.append((st[0], start, n))
@@ -104,6 +115,7 @@ class StickyPartitioner:
             out.append((st[0], start, stop))
             st[0] = self._next(available, num_partitions, st[0])
             st[1] = 0
+            st[2] = self.limit(topic)
             start = stop
         return out
 

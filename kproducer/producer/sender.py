@@ -8,25 +8,28 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     DuplicateSequenceNumberError,
+    FencedLeaderEpochError,
     KafkaError,
     KafkaTimeoutError,
     MessageTooLargeError,
     NetworkError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
     RequestTimedOutError,
     TransactionAbortedError,
     UnknownProducerIdError,
     UnknownServerError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
-from ..network.metadata import Metadata
+from ..network.metadata import Metadata, Node
 from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
 from .batch import ProducerBatch
-from .metrics import SenderMetrics
+from .metrics import ProducerMetrics
 from .transaction_manager import (
     CoordinatorType,
     Outcome,
@@ -40,6 +43,8 @@ TopicPartition = Tuple[str, int]
 
 # what a produce response's error code means comes from its error class (kproducer.protocol.errors)
 _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError)
+# errors whose partition response may name the current leader (KIP-951, Produce v10+)
+_LEADER_HINT_ERRORS = (NotLeaderOrFollowerError.code, FencedLeaderEpochError.code)
 
 
 class Sender(threading.Thread):
@@ -57,7 +62,7 @@ class Sender(threading.Thread):
         request_timeout_ms: float,
         guarantee_message_order: bool = False,
         transaction_manager: Optional[TransactionManager] = None,
-        metrics: Optional[SenderMetrics] = None,
+        metrics: Optional[ProducerMetrics] = None,
         retry_backoff_ms: float = 100,
         clock: Clock = SYSTEM_CLOCK,
         name: str = "kproducer-network-thread",
@@ -72,7 +77,8 @@ class Sender(threading.Thread):
         self.request_timeout_ms = request_timeout_ms
         self.guarantee_message_order = guarantee_message_order
         self.txn = transaction_manager
-        self.metrics = metrics or SenderMetrics()
+        self.metrics = metrics or ProducerMetrics(clock)
+        self.metrics.watch(client, accumulator, metadata)
         self.retry_backoff_ms = retry_backoff_ms
         self.clock = clock
         self.running = True
@@ -80,6 +86,7 @@ class Sender(threading.Thread):
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
         self.fatal_error: Optional[BaseException] = None
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
+        self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
         #: how many times queued batches were failed because a broker refused our credentials, and why
         self.authentication_failures = 0
         self.last_authentication_error: Optional[KafkaError] = None
@@ -145,6 +152,7 @@ class Sender(threading.Thread):
 
     def run_once(self) -> None:
         self._fail_batches_on_authentication_failure()
+        report_in = self.metrics.maybe_report(self.clock.monotonic_ms())  # statistics.interval.ms
         txn = self.txn
         if txn is not None:
             if self._maybe_handle_producer_id():
@@ -153,7 +161,7 @@ class Sender(threading.Thread):
                 return
         now = self.clock.monotonic_ms()
         timeout = self.send_producer_data(now)
-        self.client.poll(timeout, now)
+        self.client.poll(min(timeout, report_in), now)
 
     def _maybe_handle_producer_id(self) -> bool:
         """Idempotence/transactions housekeeping before producing. True when this iteration was spent
@@ -224,19 +232,30 @@ class Sender(threading.Thread):
         if key is not None and key.type is CoordinatorType.TRANSACTION and client.supports(node, m.INIT_PRODUCER_ID):
             # KIP-360: can the transaction coordinator bump our epoch (InitProducerId v3+)?
             txn.note_init_producer_id_version(client.api_version(node, m.INIT_PRODUCER_ID))
+        try:
+            version = client.api_version(node, handler.api)
+        except UnsupportedVersionError as e:
+            # an older broker without this API (or a version of it we speak): fatal, as in Java
+            log.error("%s cannot be sent to node %s: %s", handler.name, node, e)
+            txn.fail_request(handler, e)
+            return True
         txn.set_in_flight(handler)
         handler.attempts += 1
         log.debug("sending %s to node %s (attempt %d)", handler.name, node, handler.attempts)
         client.send(ClientRequest(node, handler.api, handler.build(),
                                   lambda resp: self._handle_transactional_response(txn, handler, resp), now,
-                                  self.request_timeout_ms), now)
+                                  self.request_timeout_ms, version=version), now)
         client.poll(self.request_timeout_ms, now)
         return True
 
     def _handle_transactional_response(self, txn: TransactionManager, handler: TxnRequestHandler,
                                        resp: ClientResponse) -> None:
         txn.set_in_flight(None)
-        retry_at = resp.received_ms + self.retry_backoff_ms
+        if handler.api is m.INIT_PRODUCER_ID:
+            # KIP-580: retry.backoff.ms doubling per attempt up to retry.backoff.max.ms, with jitter
+            retry_at = resp.received_ms + self.accumulator.retry_backoff.backoff(handler.attempts - 1)
+        else:
+            retry_at = resp.received_ms + self.retry_backoff_ms
         if resp.disconnected or resp.body is None:
             log.debug("%s: no answer (%s); retrying", handler.name,
                       "timed out" if resp.timed_out else "disconnected")
@@ -299,9 +318,13 @@ class Sender(threading.Thread):
         if node is None or not self.client.ready(node, now):
             self.client.poll(self.retry_backoff_ms if node is None else 50, now)
             return True
-        if not self.client.supports(node, m.INIT_PRODUCER_ID):
-            self._fail_idempotence(KafkaError(
-                f"broker {node} does not support InitProducerId; set enable.idempotence=false"))
+        try:
+            self.client.api_version(node, m.INIT_PRODUCER_ID)
+        except UnsupportedVersionError as e:
+            # an older broker: the idempotent producer cannot work with it, waiting will not change that
+            self._fail_idempotence(UnsupportedVersionError(
+                f"the idempotent producer needs a producer id, but {e.message}; set enable.idempotence=false "
+                "to produce to this broker"))
             return True
         txn.init_in_flight = True
 
@@ -309,17 +332,19 @@ class Sender(threading.Thread):
             txn.init_in_flight = False
             if resp.body is None:
                 log.debug("InitProducerId to node %s failed (disconnected); retrying", node)
-                self._init_retry_at = resp.received_ms + self.retry_backoff_ms
+                self._init_retry_at = resp.received_ms + self._init_producer_id_backoff()
                 return
             err = resp.body["error_code"]
             if err != NO_ERROR:
                 exc = error_for_code(err)
                 if exc.retriable or isinstance(exc, UnknownServerError):
-                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, self.retry_backoff_ms)
-                    self._init_retry_at = resp.received_ms + self.retry_backoff_ms
+                    backoff = self._init_producer_id_backoff()
+                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, backoff)
+                    self._init_retry_at = resp.received_ms + backoff
                     return
                 self._fail_idempotence(exc)
                 return
+            self._init_failures = 0
             txn.set_producer_id(resp.body["producer_id"], resp.body["producer_epoch"])
             self.wakeup()
 
@@ -329,6 +354,13 @@ class Sender(threading.Thread):
                          now)
         self.client.poll(self.request_timeout_ms, now)
         return True
+
+    def _init_producer_id_backoff(self) -> float:
+        """The wait before the next InitProducerId after one more failure (KIP-580): retry.backoff.ms
+        doubling per consecutive failure up to retry.backoff.max.ms, +/-20 %; a success starts again."""
+        backoff = self.accumulator.retry_backoff.backoff(self._init_failures)
+        self._init_failures += 1
+        return backoff
 
     def _fail_idempotence(self, exc: BaseException) -> None:
         log.error("cannot get a producer id: %s", exc)
@@ -368,7 +400,10 @@ class Sender(threading.Thread):
             try:
                 self._send_produce_request(node, live, now)
             except Exception as e:  # e.g. the broker supports no usable Produce version
-                log.exception("could not send a produce request to node %s", node)
+                if isinstance(e, UnsupportedVersionError):  # an older broker: expected, no traceback
+                    log.error("cannot send a produce request to node %s: %s", node, e)
+                else:
+                    log.exception("could not send a produce request to node %s", node)
                 for b in live:
                     if isinstance(e, KafkaError) and not e.retriable:
                         self._fail_batch(b, e, False)  # e.g. UnsupportedVersionError: retrying cannot help
@@ -430,7 +465,7 @@ class Sender(threading.Thread):
         req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
                             now, self.request_timeout_ms, expect_response=self.acks != 0)
         self.client.send(req, now)
-        self.metrics.record_request(len(batches), sum(b.record_count for b in batches))
+        self.metrics.record_produce_request(node, batches)
 
     def _handle_produce_response(self, resp: ClientResponse, batches: Dict[TopicPartition, ProducerBatch]) -> None:
         now = resp.received_ms
@@ -445,8 +480,10 @@ class Sender(threading.Thread):
             for b in batches.values():
                 self._complete_batch(b, NO_ERROR, -1, -1, -1, None, now)
             return
-        self.metrics.record_latency(resp.latency_ms)
+        self.metrics.record_produce_response(resp.request.node_id, resp.latency_ms,
+                                             resp.body.get("throttle_time_ms") or 0)
         seen = set()
+        hints: Dict[TopicPartition, Tuple[int, int]] = {}
         for topic in resp.body["responses"]:
             name = topic["name"]
             for p in topic["partition_responses"]:
@@ -457,6 +494,10 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 b = found
+                if p["error_code"] in _LEADER_HINT_ERRORS:
+                    hint = p.get("current_leader")
+                    if hint and hint["leader_id"] >= 0 and hint["leader_epoch"] >= 0:
+                        hints[tp] = (hint["leader_id"], hint["leader_epoch"])
                 msg = p.get("error_message")
                 record_errors = p.get("record_errors")
                 if record_errors and p["error_code"] != NO_ERROR and self._fail_invalid_records(
@@ -468,6 +509,27 @@ class Sender(threading.Thread):
             if tp not in seen:
                 self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                      "the broker's produce response left this partition out", now)
+        if hints:
+            self._apply_leader_hints(resp.request.node_id, hints, resp.body.get("node_endpoints") or [], batches)
+
+    def _apply_leader_hints(self, node: int, hints: Dict[TopicPartition, Tuple[int, int]],
+                            endpoints: List[Dict[str, Any]], batches: Dict[TopicPartition, ProducerBatch]) -> None:
+        """KIP-951 (Java's Sender.handleProduceResponse -> Metadata.updatePartitionLeadership): the broker
+        named the partitions' new leaders; use them at once, without waiting for a metadata refresh (one
+        is still requested, as in Java). A batch re-queued for a partition whose leader is now another
+        broker than the one it was sent to is retried without the retry backoff (Java's
+        ProducerBatch.hasLeaderChangedForTheOngoingRetry)."""
+        nodes = [Node(e["node_id"], e["host"], e["port"], e.get("rack")) for e in endpoints]
+        updated = self.metadata.update_partition_leadership(hints, nodes)
+        leaders = self.metadata.cluster.leaders
+        for tp, (leader, epoch) in hints.items():
+            if tp in updated:
+                log.debug("%s-%s: leader moved to broker %s (epoch %s, from the produce response); retrying "
+                          "there", tp[0], tp[1], leader, epoch)
+            b = batches[tp]
+            # (also when an earlier response of the same move updated the leader already)
+            if leader != node and leaders.get(tp) == leader and not b.is_done() and not b.in_flight:
+                b.retry_backoff_ms = 0.0
 
     def _fail_invalid_records(self, batch: ProducerBatch, code: int, message: Optional[str],
                               record_errors: List[Dict[str, Any]], now: float) -> bool:
@@ -489,11 +551,11 @@ class Sender(threading.Thread):
         log.warning("produce to %s-%s: the broker refused %d of %d record(s) (%s); retrying the others",
                     batch.topic, batch.partition, len(failed), batch.record_count, next(iter(failed.values())))
         kept = self.accumulator.split_out_failed_records(batch, failed, now)
-        self.metrics.record_error(len(failed))
+        self.metrics.record_errors(batch.topic, len(failed))
         if self.txn is not None:
             self.txn.handle_record_errors(batch, kept, len(failed), next(iter(failed.values())),
                                           self.accumulator.queued_batches_list())
-        self.metrics.retries += 1
+        self.metrics.record_retries(batch.topic, batch.record_count - len(failed))
         return True
 
     def _can_retry_records(self, batch: ProducerBatch, now: float) -> bool:
@@ -515,7 +577,7 @@ class Sender(threading.Thread):
                 parts = [p for p, _d in (batch.split_into or [])]
                 unique = list({id(p): p for p in parts}.values())
                 txn.add_split_batches(batch, unique)
-            self.metrics.splits += parts_count - 1
+            self.metrics.record_split(parts_count - 1)
             return
         if error != NO_ERROR and error != DuplicateSequenceNumberError.code:
             exc = error_for_code(error, message)
@@ -524,7 +586,7 @@ class Sender(threading.Thread):
                             batch.topic, batch.partition, exc.name, batch.attempts + 1)
                 self._remove_in_flight(batch)
                 self.accumulator.reenqueue(batch, now)
-                self.metrics.retries += 1
+                self.metrics.record_retries(batch.topic, batch.record_count)
             else:
                 # a timeout or a lost connection leaves unknown whether the broker wrote the batch
                 self._fail_batch(batch, exc, isinstance(exc, (RequestTimedOutError, NetworkError)),
@@ -572,6 +634,6 @@ class Sender(threading.Thread):
             queued = self.accumulator.queued_batches_list() if not unknown else []
             self.txn.handle_failed_batch(batch, exc, unknown, queued)
         if batch.done(-1, -1, exc):
-            self.metrics.record_error(batch.record_count)
+            self.metrics.record_errors(batch.topic, batch.record_count)
             log.debug("failed %d record(s) for %s-%s: %s", batch.record_count, batch.topic, batch.partition, exc)
         self.accumulator.deallocate(batch)

@@ -20,7 +20,7 @@ from ..network.metadata import Metadata
 from ..network.transport import Transport
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
-from .metrics import SenderMetrics
+from .metrics import ProducerMetrics
 from .sender import Sender
 from .transaction_manager import TransactionManager
 
@@ -46,12 +46,13 @@ def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *,
                   security: Optional[ChannelSecurity] = None, software_version: str = __version__,
                   jitter: float = JAVA_JITTER, retry_jitter: Optional[float] = None,
                   reconnect_jitter: Optional[float] = None, sender_name: Optional[str] = None,
-                  metrics: Optional[SenderMetrics] = None) -> ProducerParts:
+                  metrics: Optional[ProducerMetrics] = None) -> ProducerParts:
     """Build a producer's parts from its settings, its clock and its transport (a
     :class:`~kproducer.network.selector.Selector`, or a scripted one in tests). ``security`` defaults to what
     the settings ask for. ``jitter`` is the backoffs' jitter; ``retry_jitter`` / ``reconnect_jitter`` override
-    it for produce retries / reconnects; ``metrics`` is the Sender's metrics (a fresh one by default). The
-    Sender is returned unstarted."""
+    it for produce retries / reconnects; ``metrics`` is the Sender's metrics (by default one built from the
+    settings: metrics.num.samples, metrics.sample.window.ms, statistics.interval.ms, stats_cb). The Sender is
+    returned unstarted."""
     cfg = config
     if security is None:
         from ..security import channel_security
@@ -69,6 +70,7 @@ def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *,
         pool, cfg.compression_type, cfg.compression_level, clock, txn,
         backoff=ExponentialBackoff(cfg.retry_backoff_ms, cfg.retry_backoff_max_ms,
                                    jitter if retry_jitter is None else retry_jitter),
+        max_request_size=cfg.max_request_size,
     )
     client = NetworkClient(
         metadata, transport, client_id=client_id,
@@ -86,6 +88,10 @@ def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *,
         cfg.reconnect_backoff_ms, cfg.reconnect_backoff_max_ms,
         ExponentialBackoff(cfg.reconnect_backoff_ms, cfg.reconnect_backoff_max_ms,
                            jitter if reconnect_jitter is None else reconnect_jitter))
+    if metrics is None:
+        metrics = ProducerMetrics(clock, samples=cfg.metrics_num_samples, window_ms=cfg.metrics_sample_window_ms,
+                                  stats_cb=cfg.stats_cb, stats_interval_ms=cfg.statistics_interval_ms,
+                                  client_id=client_id)
     sender = Sender(
         client, metadata, accumulator, acks=cfg.acks, retries=cfg.retries,
         max_request_size=cfg.max_request_size, request_timeout_ms=cfg.request_timeout_ms,

@@ -651,7 +651,8 @@ def test_duplicate_sequence_is_counted_as_success() -> None:
 
 
 def test_init_producer_id_retriable_error_is_retried_after_the_backoff() -> None:
-    h = Harness(enable_idempotence=True, retry_backoff_ms=100)
+    # (a constant backoff here: its growth is tested in test_lifecycle.py)
+    h = Harness(enable_idempotence=True, retry_backoff_ms=100, retry_backoff_max_ms=100)
     failed = {"error_code": 15, "producer_id": -1, "producer_epoch": -1}  # COORDINATOR_NOT_AVAILABLE
     h.selector.script(m.INIT_PRODUCER_ID, failed, failed)
     h.run_until(lambda: len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1)
@@ -671,7 +672,8 @@ def test_init_producer_id_retriable_error_is_retried_after_the_backoff() -> None
 
 
 def test_records_expire_while_no_broker_gives_a_producer_id() -> None:
-    h = Harness(enable_idempotence=True, delivery_timeout_ms=2000, request_timeout_ms=1000, idle_advance=True)
+    h = Harness(enable_idempotence=True, delivery_timeout_ms=2000, request_timeout_ms=1000, idle_advance=True,
+                retry_backoff_max_ms=100)  # (a constant backoff: its growth is tested in test_lifecycle.py)
     h.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 15, "producer_id": -1,
                                                                 "producer_epoch": -1}
     when: List[float] = []

@@ -47,8 +47,8 @@ BufferError when its local queue (100k messages) is full: the loop then poll()s 
 advise. aiokafka's loop is ``await producer.send()`` per record (futures not kept) then ``await flush()``.
 
 asyncio rows: kproducer.aio.AsyncProducer and aiokafka, each ``futs = [await send(...) for ...]`` then
-``for f in futs: await f`` (every record's outcome awaited); a ticker task on the same loop records
-the longest stall of the event loop (a 5 ms ticker), printed in the line under the table (``--clients kproducer-aio,aiokafka``
+``for f in futs: await f`` (every record's outcome awaited); a 5 ms ticker task on the same loop records
+the longest stall of the event loop, printed in the line under the table (``--clients kproducer-aio,aiokafka``
 runs just them, plus aiokafka's plain row).
 """
 from __future__ import annotations

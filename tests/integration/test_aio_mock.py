@@ -9,7 +9,8 @@ benchmarks/compare.py, not asserted).
 from __future__ import annotations
 
 import asyncio
-import logging
+import gc
+import time
 from typing import Any, Iterator, List
 
 import pytest
@@ -209,33 +210,47 @@ def test_a_sending_task_yields_and_deliveries_are_chunked(cluster: MockCluster) 
     asyncio.run(main())
 
 
-def test_no_slow_kproducer_callbacks_in_asyncio_debug_mode(cluster: MockCluster,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
-    """asyncio's debug mode logs every callback that holds the loop longer than slow_callback_duration, and
-    makes a loop call from another thread raise (which the no_internal_errors fixture would report, as the
-    completion thunk runs on the network thread). The callbacks kproducer schedules on the loop
-    (deliveries, buffer-space wakeups) must never be slow; the threshold is 0.2 s -- forty times the 5 ms
-    budget, as a loaded shared machine can stall any callback for tens of ms -- which a delivery that
-    resolved every record of a response at once, or any blocking wait, would exceed. (The sending task's
-    own steps are the test's code and are not checked here: while a step runs, other threads -- the network
-    thread, the mock brokers -- take the GIL, so its wall time says more about the machine than the code.)"""
+def test_kproducer_loop_callbacks_do_bounded_work_in_asyncio_debug_mode(cluster: MockCluster) -> None:
+    """In asyncio's debug mode (which makes a loop call from another thread raise -- the completion thunk
+    runs on the network thread, and the no_internal_errors fixture would report the error), the callbacks
+    kproducer puts on the loop do bounded work: each delivery resolves at most DELIVER_CHUNK futures and
+    uses little CPU time. Measured as the loop thread's CPU time (time.thread_time), not wall time: on a
+    shared machine a callback's wall time includes waiting for the GIL and for a core (asyncio's
+    slow-callback log showed a 1024-future delivery "taking" 0.33 s under load while costing ~2 ms of CPU).
+    The 5 ms wall-clock figure is measured in benchmarks/compare.py."""
     n = 20_000
+    cpu: List[float] = []
+    sizes: List[int] = []
 
     async def main() -> None:
-        asyncio.get_running_loop().slow_callback_duration = 0.2
         async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, batch_size=4096,
                                  buffer_memory=64 * 1024, linger_ms=20) as p:
+            deliver = p._deliver
+
+            def measured() -> None:
+                pending = sum(len(v) for v in p._pending.values())
+                start = time.thread_time()
+                deliver()
+                cpu.append(time.thread_time() - start)
+                sizes.append((pending - sum(len(v) for v in p._pending.values())) // 5)
+
+            p._deliver = measured  # type: ignore[method-assign]
             futs = [await p.send(TOPIC, b"%06d" % i) for i in range(n)]
             await p.flush()
-            assert all(f.done() for f in futs)
+            assert all(f.done() and f.result().offset >= 0 for f in futs)
             batch = await p.send_batch(TOPIC, [b"b%05d" % i for i in range(5000)])
             await batch
-            assert p.delivery_callbacks > 0
 
-    with caplog.at_level(logging.WARNING, logger="asyncio"):
+    # (the cyclic GC is paused while measuring: a full collection -- debug mode keeps a traceback per future,
+    # hundreds of thousands of objects -- lands in whichever callback runs, and is not kproducer's work)
+    gc.disable()
+    try:
         asyncio.run(main(), debug=True)
-    logged = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
-    assert not [m for m in logged if "took" in m and "AsyncProducer" in m], logged[:3]
+    finally:
+        gc.enable()
+    assert sum(sizes) >= n and cpu
+    assert max(sizes) <= DELIVER_CHUNK
+    assert max(cpu) < 0.05, sorted(cpu)[-5:]  # ~1-3 ms of CPU for 1024 futures; 0.05 s = a gross regression
     assert len(read_values(cluster, n + 5000)) == n + 5000
 
 

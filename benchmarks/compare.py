@@ -45,6 +45,11 @@ send() is also run with idempotence off, and confluent-kafka with it on, for lik
 (``--idempotence on|off`` forces one setting on every client). confluent-kafka's produce() raises
 BufferError when its local queue (100k messages) is full: the loop then poll()s and retries, as its docs
 advise. aiokafka's loop is ``await producer.send()`` per record (futures not kept) then ``await flush()``.
+
+asyncio rows: kproducer.aio.AsyncProducer and aiokafka, each ``futs = [await send(...) for ...]`` then
+``for f in futs: await f`` (every record's outcome awaited); a 5 ms ticker task on the same loop records
+the longest stall of the event loop, printed in the line under the table (``--clients kproducer-aio,aiokafka``
+runs just them, plus aiokafka's plain row).
 """
 from __future__ import annotations
 
@@ -183,7 +188,65 @@ def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, An
             "idempotent": idempotent}
 
 
+class _LoopGap:
+    """A task that wakes every 5 ms and keeps the longest time the loop made it wait beyond that: how long
+    something else held the event loop (GIL waits included)."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.max_gap_ms = 0.0
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        import asyncio
+
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            self.max_gap_ms = max(self.max_gap_ms, (now - last) * 1000.0 - 5.0)
+            last = now
+
+    def stop(self) -> float:
+        self._task.cancel()
+        return self.max_gap_ms
+
+
+def child_kproducer_aio(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    """kproducer.aio.AsyncProducer: ``futs = [await send() ...]``, then await every future (asyncio row)."""
+    import asyncio
+
+    from kproducer.aio import AsyncProducer
+
+    async def run() -> Dict[str, Any]:
+        settings: Dict[str, Any] = {"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": LINGER_MS,
+                                    "batch.size": BATCH_SIZE}
+        idem = _idem(args.idempotence)
+        if idem is not None:
+            settings["enable.idempotence"] = idem
+        async with AsyncProducer(settings) as p:
+            await p.partitions_for(args.topic)
+            topic, n = args.topic, args.num
+            send = p.send
+            rss_setup = _rss_now_mb()
+            gap = _LoopGap()
+            c0, t0 = time.process_time(), time.perf_counter()
+            futs = [await send(topic, payload) for _ in range(n)]
+            for f in futs:
+                await f
+            t1, c1 = time.perf_counter(), time.process_time()
+            m = p.metrics()
+            return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup,
+                    "errors": int(m.get("record-error-total", 0)), "idempotent": p.producer.config.enable_idempotence,
+                    "max_loop_gap_ms": gap.stop(), "loop_wakeups": p.wakeups}
+
+    return asyncio.run(run())
+
+
 def child_aiokafka(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
+    """aiokafka: ``await send()`` per record then flush(); with mode "await" (the asyncio row) the futures
+    are kept and every one is awaited, as the AsyncProducer row does."""
     import asyncio
 
     from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
@@ -201,13 +264,19 @@ def child_aiokafka(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
             topic, n = args.topic, args.num
             send = p.send
             rss_setup = _rss_now_mb()
+            gap = _LoopGap()
             c0, t0 = time.process_time(), time.perf_counter()
-            for _ in range(n):
-                await send(topic, payload)
-            await p.flush()
+            if args.mode == "await":
+                futs = [await send(topic, payload) for _ in range(n)]
+                for f in futs:
+                    await f
+            else:
+                for _ in range(n):
+                    await send(topic, payload)
+                await p.flush()
             t1, c1 = time.perf_counter(), time.process_time()
             return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup, "errors": 0,
-                    "idempotent": bool(idem)}
+                    "idempotent": bool(idem), "max_loop_gap_ms": gap.stop()}
         finally:
             await p.stop()
 
@@ -263,6 +332,7 @@ CHILDREN: Dict[str, Callable[[argparse.Namespace, bytes], Dict[str, Any]]] = {
     "kproducer": child_kproducer,
     "kafka-python": child_kafka_python,
     "aiokafka": child_aiokafka,
+    "kproducer-aio": child_kproducer_aio,
     "confluent-kafka": child_confluent,
 }
 
@@ -316,7 +386,36 @@ def plan(idempotence: str, with_pure: bool) -> List[Run]:
     ]
     if idem == "default":
         runs.append(Run("confluent-kafka, idempotence on", "confluent-kafka", "confluent_kafka", "send", "on"))
+    runs += asyncio_rows(idem)
     return runs
+
+
+AIO_BASE = "kproducer AsyncProducer (send + await all)"
+AIO_OTHER = "aiokafka (send + await all)"
+
+
+def asyncio_rows(idempotence: str) -> List[Run]:
+    """The asyncio rows: both keep every send's future and await them all (the pattern of a service that
+    wants each record's outcome)."""
+    return [Run(AIO_BASE, "kproducer-aio", "kproducer", "await", idempotence),
+            Run(AIO_OTHER, "aiokafka", "aiokafka", "await", idempotence)]
+
+
+def asyncio_summary(runs: List[Run], num: int) -> Optional[str]:
+    """One line: AsyncProducer vs aiokafka, and the longest time each kept the event loop from a 5 ms ticker."""
+    rows = {r.label: r for r in runs if r.result is not None}
+    if AIO_BASE not in rows:
+        return None
+    mine = rows[AIO_BASE].result
+    assert mine is not None
+    text = (f"asyncio: AsyncProducer {num / mine['elapsed']:,.0f} msg/s, longest event-loop stall "
+            f"{mine.get('max_loop_gap_ms', float('nan')):.1f} ms")
+    other = rows.get(AIO_OTHER)
+    if other is not None and other.result is not None:
+        text += (f"; aiokafka {num / other.result['elapsed']:,.0f} msg/s (stall "
+                 f"{other.result.get('max_loop_gap_ms', float('nan')):.1f} ms); AsyncProducer / aiokafka = "
+                 f"{other.result['elapsed'] / mine['elapsed']:.1f}×")
+    return text
 
 
 TLS_BASE = "kproducer send() [TLS]"
@@ -556,7 +655,7 @@ def select(runs: List[Run], wanted: Optional[Set[str]]) -> List[Run]:
     """The rows to run: those asked for with --clients (all by default) whose library is installed."""
     active: List[Run] = []
     for run in runs:
-        key = run.child if run.mode == "send" else "kproducer-batch"
+        key = run.child if run.mode != "batch" else "kproducer-batch"
         if wanted is not None and run.child not in wanted and key not in wanted and run.label not in wanted:
             continue
         if not installed(run.module):
@@ -631,6 +730,9 @@ def parent_main(args: argparse.Namespace) -> int:
                 runs = plan(args.idempotence, not args.no_pure)
                 run_rows(select(runs, wanted), args, size, num, broker, broker.bootstrap, topic_name)
                 out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
+                summary = asyncio_summary(runs, num)
+                if summary:
+                    out.append(summary)
                 record(size, num, runs)
             codecs = [c for c in args.codecs.split(",") if c] if args.ncodec > 0 else []
             if codecs:
@@ -682,7 +784,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--n100", type=int, default=200_000, help="records of 100 B (0 to skip; default 200k)")
     p.add_argument("--n1k", type=int, default=50_000, help="records of 1 KB (0 to skip; default 50k)")
     p.add_argument("--clients", help="comma-separated subset: kproducer, kproducer-batch, kafka-python, "
-                                     "aiokafka, confluent-kafka")
+                                     "aiokafka, confluent-kafka, kproducer-aio")
     p.add_argument("--idempotence", choices=["default", "on", "off"], default="default",
                    help="each library's default (plus like-for-like rows), or forced on/off for all")
     p.add_argument("--no-pure", action="store_true", help="skip the pure-Python kproducer rows")

@@ -45,6 +45,7 @@ from .in_flight import InFlightRequests
 from .metadata import Metadata, Node
 from .sasl_authenticator import SaslAuthenticator, reauthentication_delay_ms
 from .selector import Selector
+from .transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class NetworkClient:
     def __init__(
         self,
         metadata: Metadata,
-        selector: Optional[Selector] = None,
+        selector: Optional[Transport] = None,
         *,
         client_id: str = "kproducer",
         max_in_flight: int = 5,
@@ -144,7 +145,7 @@ class NetworkClient:
     ) -> None:
         self.metadata = metadata
         self.security = security
-        self.selector = selector or Selector(ssl_context=security.ssl_context)
+        self.selector: Transport = selector or Selector(ssl_context=security.ssl_context)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Optional
+from typing import TYPE_CHECKING, Callable, Deque, Optional
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
@@ -42,6 +42,9 @@ class BufferPool:
         self.wait_time_ms_total = 0.0
         #: where waits are recorded (bufferpool-wait-ratio; set by ProducerMetrics.watch)
         self.metrics: Optional["ProducerMetrics"] = None
+        #: called (on the freeing thread, outside the pool's lock) after memory was given back; the asyncio
+        #: producer (kproducer.aio) sets it to wake sends waiting for buffer space without blocking its loop
+        self.on_free: Optional[Callable[[], None]] = None
 
     def allocate(self, size: int, max_time_to_block_ms: float) -> int:
         """Reserve ``size`` bytes, waiting up to ``max_time_to_block_ms``. Returns ``size``.
@@ -124,6 +127,9 @@ class BufferPool:
                 self._free_blocks += 1
             if self._waiters:
                 self._waiters[0].cond.notify()
+        on_free = self.on_free
+        if on_free is not None:
+            on_free()
 
     def available_memory(self) -> int:
         with self._lock:

@@ -22,13 +22,12 @@ from ..errors import (
     TransactionAbortedError,
     TransactionError,
 )
-from ..network.client import NetworkClient
-from ..network.metadata import Metadata, PartitionInfo
+from ..network.metadata import PartitionInfo
 from ..network.selector import Selector
+from ..network.transport import Transport
 from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from . import lifecycle
-from .accumulator import RecordAccumulator
 from .admission import (
     BOUND_EXTRA,
     FUTURE_ERRORS,
@@ -44,14 +43,13 @@ from .admission import (
     key_hash_miss,
     record_size,
 )
-from .buffer_pool import BufferPool
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .interceptors import Interceptors, ProducerRecord, failure_metadata
-from .metrics import Metric, ProducerMetrics
+from .metrics import Metric
 from .partitioner import StickyPartitioner
-from .sender import Sender
 from .transaction_manager import TransactionManager
+from .wiring import wire_producer
 
 log = logging.getLogger(__name__)
 
@@ -66,49 +64,25 @@ class Producer:
     (``linger_ms=5``); see :mod:`kproducer.config` for the full list and defaults."""
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, *, clock: Optional[Clock] = None,
-                 **settings: Any) -> None:
+                 transport: Optional[Transport] = None, **settings: Any) -> None:
+        """``clock`` and ``transport`` are for tests (kproducer.testing: a FakeClock, a scripted transport);
+        by default the system clock and a socket Selector."""
         cfg = self.config = ProducerConfig(config, **settings)
         self._clock = clock or SYSTEM_CLOCK
         self.client_id = cfg.client_id or f"kproducer-{next(_ids)}"
         clk = self._clock
-        self._metadata = Metadata(cfg.bootstrap_servers, cfg.metadata_max_age_ms, cfg.retry_backoff_ms,
-                                  cfg.metadata_max_idle_ms, clk, refresh_backoff_max_ms=cfg.retry_backoff_max_ms,
-                                  refresh_backoff_jitter=0.2)
-        self._txn: Optional[TransactionManager] = None
-        if cfg.enable_idempotence:
-            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms, clk)
-        self._pool = BufferPool(cfg.buffer_memory, cfg.batch_size, clk)
-        self._accumulator = RecordAccumulator(
-            cfg.batch_size, cfg.linger_ms, cfg.retry_backoff_ms, cfg.retry_backoff_max_ms,
-            cfg.delivery_timeout_ms, self._pool, cfg.compression_type, cfg.compression_level, clk, self._txn,
-            max_request_size=cfg.max_request_size,
-        )
         security = channel_security(cfg)
-        selector = Selector(max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes,
-                            cfg.receive_buffer_bytes, ssl_context=security.ssl_context,
-                            client_dns_lookup=cfg.client_dns_lookup)
-        self._client = NetworkClient(
-            self._metadata, selector, client_id=self.client_id,
-            max_in_flight=cfg.max_in_flight_requests_per_connection, request_timeout_ms=cfg.request_timeout_ms,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms, reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            connection_setup_timeout_ms=cfg.socket_connection_setup_timeout_ms,
-            connection_setup_timeout_max_ms=cfg.socket_connection_setup_timeout_max_ms,
-            connection_setup_timeout_jitter=0.2,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            allow_auto_topic_creation=cfg.allow_auto_create_topics, software_version=__version__, clock=clk,
-            security=security, metadata_recovery_strategy=cfg.metadata_recovery_strategy,
-            rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms,
-        )
-        self._sender = Sender(
-            self._client, self._metadata, self._accumulator, acks=cfg.acks, retries=cfg.retries,
-            max_request_size=cfg.max_request_size, request_timeout_ms=cfg.request_timeout_ms,
-            guarantee_message_order=cfg.max_in_flight_requests_per_connection == 1,
-            transaction_manager=self._txn, retry_backoff_ms=cfg.retry_backoff_ms, clock=clk,
-            name=f"kproducer-network-thread | {self.client_id}",
-            metrics=ProducerMetrics(clk, samples=cfg.metrics_num_samples, window_ms=cfg.metrics_sample_window_ms,
-                                    stats_cb=cfg.stats_cb, stats_interval_ms=cfg.statistics_interval_ms,
-                                    client_id=self.client_id),
-        )
+        selector = transport if transport is not None else Selector(
+            max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes, cfg.receive_buffer_bytes,
+            ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup)
+        # the parts are wired by the one function the test harness uses too (kproducer.testing)
+        parts = self._parts = wire_producer(cfg, clk, selector, client_id=self.client_id, security=security)
+        self._metadata = parts.metadata
+        self._txn: Optional[TransactionManager] = parts.transaction_manager
+        self._pool = parts.pool
+        self._accumulator = parts.accumulator
+        self._client = parts.client
+        self._sender = parts.sender
         # serializers, interceptors, partitioning, checks; the sticky partitioner moves on after a batch's worth
         # (compressed batches hold more: the accumulator's ratio estimate)
         self._admission = RecordAdmission(

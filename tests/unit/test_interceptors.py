@@ -210,9 +210,8 @@ def test_javas_default_partitioner_names_mean_the_default() -> None:
 
 
 def test_a_record_failing_for_buffer_memory_is_acknowledged_once(env: Env) -> None:
-    from tests.unit.scripted import HOLD
-
     from kproducer.errors import BufferExhaustedError
+    from tests.unit.scripted import HOLD
 
     env.selector.handlers[m.PRODUCE.key] = lambda req: HOLD  # nothing is ever acknowledged
     rec = Recorder()

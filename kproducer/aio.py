@@ -1,0 +1,595 @@
+"""The asyncio producer: :class:`AsyncProducer`, a thin layer over :class:`kproducer.Producer`.
+
+It shares the synchronous producer's accumulator, buffer pool and network thread (there is no second
+implementation of anything that talks to Kafka); what it adds is the bridge to one event loop:
+
+* ``await send()`` admits a record only when that cannot block: the topic's metadata is known and the
+  buffer pool has room (then the synchronous ``send()`` appends without waiting). Otherwise it waits on the
+  loop -- for metadata in a worker thread, for buffer space on an :class:`asyncio.Event` that the pool's
+  ``on_free`` hook sets -- and tries again, bounded by ``max.block.ms`` as in Java.
+* Completions reach the loop in groups. Each batch carries one completion thunk (not one per record); the
+  network thread queues the completed batch and wakes the loop with one ``call_soon_threadsafe`` for all
+  batches completed until the loop gets to them (so about one per produce response). On the loop, the
+  records' :class:`asyncio.Future` objects are resolved at most :data:`DELIVER_CHUNK` per callback, so a
+  response carrying thousands of records never holds the loop for long.
+* Blocking calls of the synchronous producer (``flush``, ``close``, the transaction calls,
+  ``send_batch``) run in a small thread pool of the producer's own.
+
+Cancellation (documented in docs/asyncio.md): ``send()`` admits the record as its last step, without
+suspending after it. Cancelling it while it waits (for metadata, buffer space, or its periodic yield to
+the loop) means the record was never admitted and is never sent. Once ``send()`` has returned, the record
+is on its way: cancelling the returned future (e.g. ``asyncio.wait_for`` timing out) does not un-send it.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections import deque
+from functools import partial
+from time import perf_counter as _perf_counter
+from types import TracebackType
+from typing import (
+    Any,
+    AsyncIterator,
+    Deque,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
+
+from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
+from .network.metadata import PartitionInfo
+from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
+from .producer.future import BatchSendFuture, RecordMetadata
+from .producer.kafka_producer import HeaderInput, Producer
+from .protocol.records import RecordBatchBuilder
+
+log = logging.getLogger(__name__)
+
+#: record futures resolved per loop callback (then the rest waits for the next loop iteration)
+DELIVER_CHUNK = 1024
+#: ``send()`` yields to the loop (``await asyncio.sleep(0)``) once YIELD_AFTER_S seconds passed since its last
+#: yield, and at least once per YIELD_EVERY calls, so that a task sending in a tight loop lets the loop's
+#: other tasks run (a send that does not wait would otherwise never suspend). Not more often: each yield
+#: lets the event loop poll its selector, which hands the GIL to the network thread for a while.
+YIELD_AFTER_S = 0.002
+YIELD_EVERY = 4096
+
+_tuple_new = tuple.__new__
+_STRIDE = 5  # items per record in AsyncProducer._pending lists
+_Future = asyncio.Future
+InvalidStateError = asyncio.InvalidStateError
+
+
+class _BatchGroup:
+    """Resolves the future of one ``send_batch()`` once every batch its records went into is done."""
+
+    __slots__ = ("future", "result", "remaining")
+
+    def __init__(self, future: "asyncio.Future[BatchSendFuture]", result: BatchSendFuture, remaining: int) -> None:
+        self.future = future
+        self.result = result
+        self.remaining = remaining
+
+
+class AsyncProducer:
+    """A Kafka producer for asyncio, with aiokafka's habits::
+
+        async with AsyncProducer(bootstrap_servers="127.0.0.1:9092", linger_ms=5) as p:
+            fut = await p.send("topic", b"value", key=b"k")   # admitted; fut resolves to RecordMetadata
+            meta = await fut
+            await p.send_and_wait("topic", b"other")
+            await p.flush()
+
+    Settings are the synchronous :class:`~kproducer.Producer`'s (Java names or Python aliases), passed
+    through unchanged; :attr:`producer` is that producer. One producer serves one event loop (the loop
+    that first uses it). ``await send()`` returns an :class:`asyncio.Future` for
+    :class:`~kproducer.RecordMetadata`; errors that the synchronous ``send()`` reports through its future
+    (``max.block.ms`` passed while waiting for metadata or buffer space, a record over max.request.size, a
+    topic's metadata error) fail that future likewise; bad arguments raise from ``send()`` itself.
+    """
+
+    def __init__(self, config: Optional[Mapping[str, Any]] = None, *, producer: Optional[Producer] = None,
+                 executor_threads: int = 4, **settings: Any) -> None:
+        if producer is not None and (config or settings):
+            raise TypeError("pass either a Producer or settings, not both")
+        self._producer = producer if producer is not None else Producer(config, **settings)
+        p = self._producer
+        cfg = p.config
+        self._pool = p._pool
+        self._metadata = p._metadata
+        self._batch_size = cfg.batch_size
+        # a record of unknown size (not bytes yet: a serializer will make it) may need up to this much
+        self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
+        self._max_block_ms = cfg.max_block_ms
+        self._serializing = cfg.key_serializer is not None or cfg.value_serializer is not None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
+        # record futures waiting for their batch (see _watch)
+        self._pending: Dict[Any, List[Any]] = {}
+        self._groups: Dict[Any, List[_BatchGroup]] = {}
+        # batches completed on the network thread, not yet delivered on the loop
+        self._done: Deque[Any] = deque()
+        self._scheduled = False
+        self._sends = 0
+        self._next_yield = 0.0
+        self._space: Optional[asyncio.Event] = None
+        self._space_waiters = 0
+        self._space_signalled = False
+        self._closed = False
+        self._executor_down = False
+        self._started = False
+        #: loop callbacks that delivered completions, and how many threadsafe wakeups the network thread
+        #: made (a wakeup covers every batch completed until the loop ran it)
+        self.delivery_callbacks = 0
+        self.wakeups = 0
+
+    # -- properties --------------------------------------------------------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        """The synchronous producer underneath (thread-safe; its blocking calls block the calling thread)."""
+        return self._producer
+
+    @property
+    def client_id(self) -> str:
+        return self._producer.client_id
+
+    def __repr__(self) -> str:
+        return f"<AsyncProducer {self.client_id} {self._producer.bootstrap_servers}" \
+               f"{' closed' if self._closed else ''}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._space = asyncio.Event()
+            self._pool.on_free = self._on_pool_free
+        elif self._loop is not loop:
+            raise RuntimeError("this AsyncProducer is bound to another event loop (one producer per loop)")
+        return loop
+
+    async def start(self) -> None:
+        """Bind the producer to the running loop (aiokafka's ``start()``). The network thread already runs;
+        connections are made on demand, so this does not wait for a broker."""
+        self._bind()
+        self._started = True
+
+    async def __aenter__(self) -> "AsyncProducer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await self.close()
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        loop = self._bind()
+        if self._executor_down:
+            # after close(): the producer's calls no longer block (they return or raise ProducerClosedError)
+            return fn(*args)
+        return await loop.run_in_executor(self._executor, partial(fn, *args))
+
+    def _shutdown_executor(self) -> None:
+        self._executor_down = True
+        self._executor.shutdown(wait=False)
+
+    async def flush(self, timeout: Optional[float] = None) -> None:
+        """Send everything queued and wait (in a worker thread, the loop runs on) until it is acknowledged or
+        failed, and until the records' futures are resolved on the loop. KafkaTimeoutError after
+        ``timeout`` seconds."""
+        await self._in_thread(self._producer.flush, timeout)
+        await self._delivered()
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Send what is queued (up to ``timeout`` seconds, forever when None) and stop; records still unsent
+        then fail with ProducerClosedError. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._bind()
+        except RuntimeError:
+            # closed from another loop: do it without delivering to ours
+            self._producer.close(timeout)
+            self._shutdown_executor()
+            return
+        if self._space is not None:
+            self._space.set()  # sends waiting for buffer space see the producer closed
+        try:
+            await self._in_thread(self._producer.close, timeout)
+        finally:
+            self._pool.on_free = None
+            self._shutdown_executor()
+        await self._delivered()
+
+    async def _delivered(self) -> None:
+        """Wait until every batch completed so far has its futures resolved (delivery runs in chunks)."""
+        while self._done:
+            if not self._scheduled:
+                self._deliver()
+            await asyncio.sleep(0)
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: Optional[int] = None,
+                   timestamp_ms: Optional[int] = None,
+                   headers: Optional[HeaderInput] = None) -> "asyncio.Future[RecordMetadata]":
+        """Admit one record and return the :class:`asyncio.Future` of its :class:`RecordMetadata`.
+
+        Waits (without blocking the loop) for the topic's metadata and for buffer memory, at most
+        max.block.ms; the record's future then fails with KafkaTimeoutError / BufferExhaustedError, as
+        with the synchronous producer. Cancelling a waiting ``send()`` leaves the record unsent; once
+        ``send()`` returned, the record is sent whatever becomes of the returned future."""
+        loop = self._loop
+        if loop is None:
+            loop = self._bind()
+        if self._closed:
+            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+        self._sends += 1
+        if _perf_counter() >= self._next_yield or self._sends >= YIELD_EVERY:
+            self._sends = 0
+            await asyncio.sleep(0)
+            self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
+        # pool's lock: only other threads' appends could lower it between this check and the append)
+        count = self._metadata.cluster.partition_counts.get(topic)
+        pool = self._pool
+        if count is None or (partition is not None and type(partition) is int and partition >= count) \
+                or pool._waiters or (pool._available < self._max_record and not self._has_room(key, value, headers)):
+            failed = await self._wait_admissible(topic, key, value, headers, partition)
+            if failed is not None:
+                return self._failed(loop, failed)
+        sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
+        af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
+        # (_watch, inlined)
+        b = sf._batch
+        lst = self._pending.get(b)
+        if lst is not None:
+            lst += (af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
+        else:
+            self._watch(b, sf, af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
+        return af
+
+    def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
+        """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
+        would size it: ``max(batch.size, the record's size)``)."""
+        pool = self._pool
+        need = self._batch_size
+        if headers or self._serializing or not (value is None or type(value) is bytes) \
+                or not (key is None or type(key) is bytes) \
+                or (0 if value is None else len(value)) + (0 if key is None else len(key)) > need - 128:
+            size = self._record_size(key, value, headers)
+            if size > self._max_record:
+                return True  # send() refuses it at once (MessageTooLargeError), without asking the pool
+            need = max(need, size)
+        return pool.queued() == 0 and pool.available_memory() >= need
+
+    def _record_size(self, key: Any, value: Any, headers: Any) -> int:
+        if (value is None or type(value) is bytes) and (key is None or type(key) is bytes) and not self._serializing:
+            try:
+                items = list(headers.items()) if isinstance(headers, Mapping) else headers
+                return RecordBatchBuilder.estimate_record_size(key, value, items or None)
+            except Exception:  # bad headers: send() will say what is wrong with them
+                pass
+        return self._max_record  # (not known before serialization: the most a record may take, and fit)
+
+    async def _wait_admissible(self, topic: str, key: Any, value: Any, headers: Any,
+                               partition: Optional[int]) -> Optional[BaseException]:
+        """Wait until ``send()`` of this record cannot block. Returns the error to fail the record with
+        when max.block.ms passed first (None when it may be admitted)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_block_ms / 1000.0
+        if not isinstance(topic, str) or not topic:
+            raise TypeError(f"topic must be a non-empty str, got {topic!r}")
+        count = self._metadata.cluster.partition_counts.get(topic)
+        if count is None or (partition is not None and type(partition) is int and partition >= count):
+            try:
+                await self._in_thread(self._producer._wait_on_metadata, topic,
+                                      partition if type(partition) is int else None, self._max_block_ms)
+            except (KafkaError, ProducerClosedError) as e:
+                if self._closed or isinstance(e, ProducerClosedError):
+                    raise
+                return self._admission_failed(e)
+        space = self._space
+        assert space is not None
+        if self._has_room(key, value, headers):
+            return None
+        # out of memory: like a thread blocked in BufferPool.allocate, make every queued batch sendable now
+        # (a batch lingering for linger.ms holds memory this record waits for)
+        acc = self._producer._accumulator
+        acc.begin_flush()
+        self._producer._sender.wakeup()
+        try:
+            return await self._wait_for_space(loop, deadline, space, key, value, headers)
+        finally:
+            acc.end_flush()
+
+    async def _wait_for_space(self, loop: asyncio.AbstractEventLoop, deadline: float, space: asyncio.Event,
+                              key: Any, value: Any, headers: Any) -> Optional[BaseException]:
+        while not self._has_room(key, value, headers):
+            if self._closed:
+                raise ProducerClosedError("the producer was closed while send() waited for buffer memory")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return self._admission_failed(BufferExhaustedError(
+                    f"Failed to allocate buffer memory for a record within max.block.ms={self._max_block_ms:.0f}"
+                    f" ms: buffer.memory={self._pool.total_memory} is full of records waiting to be sent. "
+                    "Increase buffer.memory or max.block.ms, or produce more slowly"))
+            space.clear()
+            self._space_waiters += 1
+            self._space_signalled = False
+            try:
+                # re-check after arming the wakeup: memory freed before it was armed is seen here
+                if self._has_room(key, value, headers):
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(space.wait(), remaining)
+            finally:
+                self._space_waiters -= 1
+        return None
+
+    def _admission_failed(self, error: BaseException) -> BaseException:
+        """A record not admitted within max.block.ms: as the synchronous send(), this fails the record (its
+        future) and makes an open transaction abortable."""
+        txn = self._producer._txn
+        if txn is not None and txn.is_transactional:
+            txn.maybe_transition_to_error_state(error)
+        log.debug("async send() could not admit a record: %s", error)
+        return error
+
+    @staticmethod
+    def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> "asyncio.Future[RecordMetadata]":
+        af: "asyncio.Future[RecordMetadata]" = loop.create_future()
+        af.set_exception(error)
+        return af
+
+    def _on_pool_free(self) -> None:
+        """BufferPool.on_free (network thread): wake the sends waiting for space, once per loop turn."""
+        if self._space_waiters and not self._space_signalled:
+            self._space_signalled = True
+            loop, space = self._loop, self._space
+            if loop is not None and space is not None:
+                try:
+                    loop.call_soon_threadsafe(space.set)
+                except RuntimeError:  # the loop is closed
+                    pass
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
+                            partition: Optional[int] = None, timestamp_ms: Optional[int] = None,
+                            headers: Optional[HeaderInput] = None) -> RecordMetadata:
+        """``await (await send(...))``: the record's metadata once acknowledged; raises its error."""
+        fut = await self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
+        return await fut
+
+    async def send_batch(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
+                         headers: Optional[Sequence[Optional[HeaderInput]]] = None,
+                         partition: Union[int, Sequence[int], None] = None,
+                         timestamp_ms: Optional[int] = None) -> "asyncio.Future[BatchSendFuture]":
+        """The bulk path (:meth:`kproducer.Producer.send_batch`), run in a worker thread. Returns an
+        :class:`asyncio.Future` resolving to the (completed) :class:`~kproducer.producer.future.BatchSendFuture`
+        (``.get()`` / ``.partition_offsets()``) or failing with the first record's error.
+
+        The records are admitted in the worker thread: once this call started, cancelling it does not
+        un-send them (their future is then not returned)."""
+        loop = self._bind()
+        if self._closed:
+            raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+        bf: BatchSendFuture = await asyncio.shield(loop.run_in_executor(
+            self._executor, partial(self._producer.send_batch, topic, values, keys, headers, partition,
+                                    timestamp_ms)))
+        af: "asyncio.Future[BatchSendFuture]" = loop.create_future()
+        batches = bf._batches()
+        group = _BatchGroup(af, bf, len(batches))
+        if not batches:
+            af.set_result(bf)
+        for b in batches:
+            self._watch_batch(b, group)
+        return af
+
+    # -- completions -------------------------------------------------------------------------------
+    # self._pending[batch] is a flat list of _STRIDE items per record: [asyncio future, offset delta,
+    # timestamp, key size, value size, ...] -- no tuple and no sync future kept per record, so that the
+    # garbage collector has one object to track per record (the asyncio future) rather than three.
+    # self._groups[batch]: the send_batch() groups waiting for it. A batch is registered once, with one
+    # completion thunk.
+
+    def _watch(self, b: Any, thunk_future: Any, af: "asyncio.Future[RecordMetadata]", delta: int, timestamp: int,
+               key_size: int, value_size: int) -> None:
+        lst = self._pending.get(b)
+        if lst is not None:
+            lst += (af, delta, timestamp, key_size, value_size)
+            return
+        self._pending[b] = [af, delta, timestamp, key_size, value_size]
+        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), thunk_future):
+            self._batch_done(b, None, None)  # (already complete)
+
+    def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
+        groups = self._groups.get(b)
+        if groups is not None:
+            groups.append(group)
+            return
+        self._groups[b] = [group]
+        if b not in self._pending and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
+            self._batch_done(b, None, None)
+
+    def _batch_done(self, batch: Any, _metadata: Any, _error: Any) -> None:
+        """The completion thunk of a batch (network thread, or whichever thread completed it)."""
+        self._done.append(batch)
+        loop = self._loop
+        if not self._scheduled and loop is not None:
+            self._scheduled = True
+            self.wakeups += 1
+            try:
+                loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop was closed before the producer: nobody is waiting any more
+                pass
+
+    def _deliver(self) -> None:
+        """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
+        self._scheduled = False
+        self.delivery_callbacks += 1
+        budget = _STRIDE * DELIVER_CHUNK
+        done, pending = self._done, self._pending
+        while budget > 0:
+            try:
+                batch = done.popleft()
+            except IndexError:
+                return
+            groups = self._groups.pop(batch, None)
+            entries = pending.pop(batch, None)
+            if entries:
+                if len(entries) > budget:
+                    pending[batch] = entries[budget:]
+                    entries = entries[:budget]
+                    done.appendleft(batch)
+                budget -= len(entries)
+                self._resolve(batch, entries)
+            if groups:
+                for group in groups:
+                    self._group_batch_done(group)
+        if done:
+            self._scheduled = True
+            self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
+
+    def _resolve(self, batch: Any, entries: List[Any]) -> None:
+        afs, deltas, timestamps = entries[0::_STRIDE], entries[1::_STRIDE], entries[2::_STRIDE]
+        key_sizes, value_sizes = entries[3::_STRIDE], entries[4::_STRIDE]
+        if batch.split_into is not None:
+            # KIP-126: the batch was split; follow each record to the batch that holds it now
+            for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
+                b = batch
+                while b.split_into is not None:
+                    b, delta = b.split_into[delta]
+                if not b.is_done():
+                    self._watch(b, _FirstRecord(b), af, delta, ts, ks, vs)
+                elif not af.done():
+                    if b.error is not None:
+                        af.set_exception(b.error)
+                    else:
+                        af.set_result(_metadata(b, delta, ts, ks, vs))
+            return
+        err = batch.error
+        if err is not None:
+            for af in afs:
+                if not af.done():
+                    af.set_exception(err)
+            return
+        topic, part, base = batch.topic, batch.partition, batch.base_offset
+        append_time = batch.log_append_time
+        for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
+            try:
+                af.set_result(_tuple_new(RecordMetadata, (
+                    topic, part, base + delta if base >= 0 else -1, append_time if append_time >= 0 else ts, ks, vs)))
+            except InvalidStateError:
+                pass  # cancelled by its owner: the record was sent all the same
+
+    def _group_batch_done(self, group: _BatchGroup) -> None:
+        group.remaining -= 1
+        if group.remaining > 0:
+            return
+        unfinished = [b for b in group.result._batches() if not b.is_done()]  # (after a split)
+        if unfinished:
+            group.remaining = len(unfinished)
+            for b in unfinished:
+                self._watch_batch(b, group)
+            return
+        af = group.future
+        if af.done():
+            return
+        err = group.result._first_error()
+        if err is not None:
+            af.set_exception(err)
+        else:
+            af.set_result(group.result)
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    async def init_transactions(self, timeout: Optional[float] = None) -> None:
+        """See :meth:`kproducer.Producer.init_transactions` (runs in a worker thread)."""
+        await self._in_thread(self._producer.init_transactions, timeout)
+
+    async def begin_transaction(self) -> None:
+        self._bind()
+        self._producer.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
+                                          group_id: Union[str, ConsumerGroupMetadata],
+                                          timeout: Optional[float] = None) -> None:
+        await self._in_thread(self._producer.send_offsets_to_transaction, offsets, group_id, timeout)
+
+    async def commit_transaction(self, timeout: Optional[float] = None) -> None:
+        """Flush the transaction's records and commit it (in a worker thread); then waits until the records'
+        futures are resolved on the loop."""
+        await self._in_thread(self._producer.commit_transaction, timeout)
+        await self._delivered()
+
+    async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        await self._in_thread(self._producer.abort_transaction, timeout)
+        await self._delivered()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator["AsyncProducer"]:
+        """``async with p.transaction():`` begins a transaction, commits it when the block ends, aborts it
+        (and re-raises) when the block raises or is cancelled."""
+        await self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            try:
+                await self.abort_transaction()
+            except Exception:
+                log.exception("aborting the transaction after an error in its block failed")
+            raise
+        await self.commit_transaction()
+
+    # -- introspection -----------------------------------------------------------------------------
+
+    async def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[PartitionInfo]:
+        parts = self._metadata.cluster.partitions.get(topic)
+        if parts:
+            return list(parts)
+        result: List[PartitionInfo] = await self._in_thread(self._producer.partitions_for, topic, timeout)
+        return result
+
+    def metrics(self) -> Dict[str, Union[int, float]]:
+        return self._producer.metrics()
+
+
+class _FirstRecord:
+    """Stands in for a record future in a batch's completion thunk (``fire`` passes it nothing useful; a
+    split hands the thunk to the batch that got record 0)."""
+
+    __slots__ = ("batch", "_delta")
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self._delta = 0
+
+    def _resolve(self) -> Any:
+        return self.batch
+
+    def fire(self, callback: Any, batch: Any) -> None:
+        try:
+            callback(None, None)
+        except Exception:
+            log.exception("an asyncio completion hook raised")
+
+
+def _metadata(batch: Any, delta: int, timestamp: int, key_size: int, value_size: int) -> RecordMetadata:
+    base = batch.base_offset
+    return RecordMetadata(batch.topic, batch.partition, base + delta if base >= 0 else -1,
+                          batch.log_append_time if batch.log_append_time >= 0 else timestamp, key_size, value_size)
+
+
+__all__ = ["AsyncProducer", "DELIVER_CHUNK", "YIELD_EVERY"]

@@ -105,10 +105,14 @@ class PartitionLog:
                 self.ongoing_txns[pid] = base
         return base
 
-    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int) -> int:
-        """Write a transaction marker (a control batch) and close the producer's transaction here."""
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int,
+                      timestamp_ms: Optional[int] = None) -> int:
+        """Write a transaction marker (a control batch, stamped ``timestamp_ms``, default now) and close
+        the producer's transaction here."""
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
         data = build_control_batch(
-            CONTROL_COMMIT if commit else CONTROL_ABORT, int(time.time() * 1000), producer_id, producer_epoch
+            CONTROL_COMMIT if commit else CONTROL_ABORT, timestamp_ms, producer_id, producer_epoch
         )
         offset = self.append(data, read_batch_header(data, 0, verify_crc=False), leader_epoch)
         first = self.ongoing_txns.pop(producer_id, None)

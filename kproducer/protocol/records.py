@@ -66,6 +66,7 @@ __all__ = [
     "RecordBatch",
     "read_batch_header",
     "read_batches",
+    "RecordDecodeError",
     "set_base_offset",
     "build_control_batch",
 ]
@@ -73,6 +74,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BytesLike = Union[bytes, bytearray, memoryview]
+
+
+class RecordDecodeError(ProtocolError):
+    """A record inside a batch is malformed; ``record_index`` is its position in the batch (0-based),
+    which a broker reports in a Produce response's ``record_errors``."""
+
+    def __init__(self, record_index: int, message: str) -> None:
+        super().__init__(message)
+        self.record_index = record_index
 Header = Tuple[str, Optional[bytes]]
 
 # --------------------------------------------------------------------------------------------
@@ -113,6 +123,9 @@ _LENGTH_OFFSET = 8  # batchLength field
 _MAGIC_OFFSET = 16
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21  # CRC coverage starts here
+#: where a batch's magic byte is, and where the bytes its CRC covers start (public for brokers)
+MAGIC_OFFSET = _MAGIC_OFFSET
+CRC_COVERAGE_OFFSET = _ATTRIBUTES_OFFSET
 _LOG_OVERHEAD = 12  # baseOffset + batchLength
 _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD  # 49
 
@@ -645,17 +658,21 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             )
         length, pos = rv(section, pos, end, 5, "record length varint")
         if length < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"negative record length {length} (record {index}, batch at {batch_pos})"
             )
         rec_end = pos + length
         if rec_end > end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record {index} length {length} runs past the end of the records section "
                 f"(batch at offset {batch_pos})"
             )
         if pos >= rec_end:
-            raise ProtocolError(f"record {index} is empty (length {length}, batch at {batch_pos})")
+            raise RecordDecodeError(
+                index, f"record {index} is empty (length {length}, batch at {batch_pos})"
+            )
         attributes = section[pos]
         pos += 1
         ts_delta, pos = rv(section, pos, rec_end, 10, "timestampDelta varlong")
@@ -665,9 +682,10 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
         if klen == -1:
             key = None
         elif klen < 0:
-            raise ProtocolError(f"invalid key length {klen} (record {index}, batch at {batch_pos})")
+            raise RecordDecodeError(index, f"invalid key length {klen} (record {index}, batch at {batch_pos})")
         elif pos + klen > rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: key of {klen} bytes runs past the record's length "
                 f"{length} (record {index}, batch at {batch_pos})"
             )
@@ -679,11 +697,13 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
         if vlen == -1:
             value = None
         elif vlen < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"invalid value length {vlen} (record {index}, batch at {batch_pos})"
             )
         elif pos + vlen > rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: value of {vlen} bytes runs past the record's length "
                 f"{length} (record {index}, batch at {batch_pos})"
             )
@@ -692,20 +712,23 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             pos += vlen
         hcount, pos = rv(section, pos, rec_end, 5, "headers count varint")
         if hcount < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"invalid header count {hcount} (record {index}, batch at {batch_pos})"
             )
         headers: List[Header] = []
         for _ in range(hcount):
             hklen, pos = rv(section, pos, rec_end, 5, "header key length varint")
             if hklen < 0 or pos + hklen > rec_end:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"invalid header key length {hklen} (record {index}, batch at {batch_pos})"
                 )
             try:
                 hkey = section[pos : pos + hklen].decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"header key is not valid UTF-8 (record {index}, batch at {batch_pos}): {exc}"
                 ) from None
             pos += hklen
@@ -714,7 +737,8 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             if hvlen == -1:
                 hvalue = None
             elif hvlen < 0 or pos + hvlen > rec_end:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"invalid header value length {hvlen} (record {index}, batch at {batch_pos})"
                 )
             else:
@@ -722,7 +746,8 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
                 pos += hvlen
             headers.append((hkey, hvalue))
         if pos != rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: record {index} says {length} bytes but its fields take "
                 f"{length - (rec_end - pos)} (batch at offset {batch_pos})"
             )

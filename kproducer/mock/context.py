@@ -39,6 +39,8 @@ _OVERSIZED_FRAME = INT32.pack(0x7FFFFFFF)
 #: "no leader" in a KIP-951 leader hint, a metadata partition or a node id
 NO_NODE = -1
 NO_EPOCH = -1
+#: "no offset" in a response (unknown watermark, no committed offset)
+NO_OFFSET = -1
 
 
 _API_NAMES: Dict[int, str] = {}

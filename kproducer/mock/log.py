@@ -11,7 +11,6 @@ aborted transactions that a read_committed consumer must filter.
 """
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from bisect import bisect_left
@@ -21,15 +20,15 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from ..protocol.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    CONTROL_KEY,
     RecordBatchHeader,
     build_control_batch,
     read_batch_header,
     read_batches,
+    stamp_batch,
 )
 from .producer_state import ProducerStateTable
 
-_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
-_CONTROL_KEY = struct.Struct(">hh")
 
 
 class AbortedTxn(NamedTuple):
@@ -87,7 +86,7 @@ class PartitionLog:
     def append(self, data: bytes, header: RecordBatchHeader, leader_epoch: int) -> int:
         """Append one validated batch; returns its base offset."""
         base = self.end_offset
-        stored = b"".join((_PREFIX.pack(base, header.batch_length, leader_epoch), memoryview(data)[16:]))
+        stored = stamp_batch(data, base, leader_epoch)
         last = base + header.last_offset_delta
         self._batches.append(stored)
         self._bases.append(base)
@@ -189,7 +188,7 @@ def decode_batches(batches: List[bytes]) -> List[StoredRecord]:
         for rec in batch.records:
             control_type: Optional[int] = None
             if control and rec.key is not None and len(rec.key) >= 4:
-                control_type = _CONTROL_KEY.unpack_from(rec.key)[1]
+                control_type = CONTROL_KEY.unpack_from(rec.key)[1]
             out.append(
                 StoredRecord(
                     offset=rec.offset,

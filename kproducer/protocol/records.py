@@ -68,6 +68,8 @@ __all__ = [
     "read_batches",
     "RecordDecodeError",
     "set_base_offset",
+    "stamp_batch",
+    "CONTROL_KEY",
     "build_control_batch",
 ]
 
@@ -150,6 +152,9 @@ _BODY_HEADER = struct.Struct(">hiqqqhii")
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
+_OFFSET_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+#: the key of a control record: version, type (CONTROL_ABORT / CONTROL_COMMIT)
+CONTROL_KEY = struct.Struct(">hh")
 assert _PREFIX.size + _BODY_HEADER.size == _HEADER.size == RECORD_BATCH_OVERHEAD
 
 _INT32_MAX = 0x7FFFFFFF
@@ -497,7 +502,7 @@ def build_control_batch(
     builder = RecordBatchBuilder(capacity=RECORD_BATCH_OVERHEAD + 64)
     builder.try_append(
         timestamp_ms,
-        struct.pack(">hh", 0, control_type),
+        CONTROL_KEY.pack(0, control_type),
         struct.pack(">hi", 0, coordinator_epoch),
         None,
     )
@@ -820,6 +825,15 @@ def read_batches(
         )
         pos = batch_end
     return batches
+
+
+def stamp_batch(data: BytesLike, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """A copy of the one whole batch ``data`` with its baseOffset and partitionLeaderEpoch set, as a
+    broker stores it (neither field is covered by the CRC, so the batch stays valid)."""
+    (batch_length,) = _BATCH_LENGTH.unpack_from(data, _LENGTH_OFFSET)
+    return b"".join(
+        (_OFFSET_PREFIX.pack(base_offset, batch_length, partition_leader_epoch), memoryview(data)[_MAGIC_OFFSET:])
+    )
 
 
 def set_base_offset(data: BytesLike, base_offset: int, pos: int = 0) -> bytes:

@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 from ...protocol.errors import NO_ERROR, FetchSessionIdNotFoundError, OffsetOutOfRangeError
 from ...protocol.messages.fetch import READ_COMMITTED
 from ...protocol.records import read_batch_header
-from ..context import BrokerContext, leader_epoch_error
+from ..context import NO_NODE, NO_OFFSET, BrokerContext, leader_epoch_error
 from ..purgatory import DelayedOperation
 from ..request_channel import Request
 from ..results import DEFERRED, Body, Result
@@ -68,11 +68,11 @@ def _fetch_partition(ctx: BrokerContext, topic: str, part: Body, read_committed:
     result: Body = {
         "partition_index": index,
         "error_code": NO_ERROR,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
+        "high_watermark": NO_OFFSET,
+        "last_stable_offset": NO_OFFSET,
+        "log_start_offset": NO_OFFSET,
         "aborted_transactions": None,
-        "preferred_read_replica": -1,
+        "preferred_read_replica": NO_NODE,
         "records": b"",
     }
     injected = ctx.faults.take_error("fetch") if inject else None

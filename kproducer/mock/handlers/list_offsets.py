@@ -5,14 +5,11 @@ from typing import Optional, Tuple
 
 from ...protocol.errors import NO_ERROR
 from ...protocol.messages.fetch import READ_COMMITTED
-from ...protocol.records import NO_TIMESTAMP
 from ...protocol.messages.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-from ..context import NO_EPOCH, BrokerContext, leader_epoch_error
+from ...protocol.records import NO_TIMESTAMP
+from ..context import NO_EPOCH, NO_OFFSET, BrokerContext, leader_epoch_error
 from ..request_channel import Request
 from ..results import Body, Result
-
-NO_OFFSET = -1
-
 
 
 def handle_list_offsets(ctx: BrokerContext, request: Request) -> Result:

@@ -15,7 +15,7 @@ from ...protocol.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from ..context import BrokerContext
+from ..context import NO_EPOCH, NO_OFFSET, BrokerContext
 from ..request_channel import Request
 from ..results import Result
 
@@ -74,11 +74,11 @@ def handle_offset_fetch(ctx: BrokerContext, request: Request) -> Result:
     for topic, partitions in wanted.items():
         parts = []
         for partition in partitions:
-            offset, metadata = committed.get((topic, partition), (-1, ""))
+            offset, metadata = committed.get((topic, partition), (NO_OFFSET, ""))
             parts.append({
                 "partition_index": partition,
-                "committed_offset": offset if not error else -1,
-                "committed_leader_epoch": -1,
+                "committed_offset": offset if not error else NO_OFFSET,
+                "committed_leader_epoch": NO_EPOCH,
                 "metadata": metadata if metadata is not None else "",
                 "error_code": error,
             })

@@ -36,10 +36,11 @@ from ..results import CLOSE_CONNECTION, NO_RESPONSE, Body, Result
 #: acks=-1 (all in-sync replicas), 0 (no response), 1 (the leader)
 VALID_ACKS = (-1, 0, 1)
 NO_ACKS = 0
+#: the first Produce version whose NOT_LEADER_OR_FOLLOWER answers carry the new leader (KIP-951)
+LEADER_HINTS_VERSION = 10
 
 
 def handle_produce(ctx: BrokerContext, request: Request) -> Result:
-
     body = request.body
     assert body is not None
     acks = body["acks"]
@@ -47,7 +48,7 @@ def handle_produce(ctx: BrokerContext, request: Request) -> Result:
     responses = []
     any_error = False
     moved: List[int] = []
-    hints = request.version >= 10
+    hints = request.version >= LEADER_HINTS_VERSION
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
         parts = []
@@ -67,7 +68,7 @@ def handle_produce(ctx: BrokerContext, request: Request) -> Result:
         # nothing is sent back; like Kafka, an error closes the connection so the client notices
         return CLOSE_CONNECTION if any_error else NO_RESPONSE
     response: Body = {"responses": responses, "throttle_time_ms": 0}
-    if moved and request.version >= 10:
+    if moved and hints:
         response["node_endpoints"] = ctx.node_endpoints(moved)
     return response
 

@@ -16,12 +16,11 @@ import selectors
 import socket
 import ssl
 from collections import deque
-from typing import TYPE_CHECKING, ClassVar, Deque, Optional, Tuple, Type
+from typing import ClassVar, Deque, Optional, Tuple, Type
 
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
+from .security import SaslSession
 
-if TYPE_CHECKING:
-    from .security import SaslSession
 
 _SIZE = SIZE_PREFIX
 _RECV_CHUNK = 256 * 1024
@@ -62,7 +61,7 @@ class Connection:
         #: True until the TLS handshake has completed (always False for a plaintext connection)
         self.handshaking = False
         #: the connection's SASL state on a SASL listener, else None
-        self.session: Optional["SaslSession"] = None
+        self.session: Optional[SaslSession] = None
         #: close the connection once the queued output has been written (failed authentication)
         self.close_after_send = False
         #: the incoming bytes, reassembled into request frames

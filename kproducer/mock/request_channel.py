@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import queue
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ..protocol.messages import RequestHeader
 from ..protocol.schema import Api
 from .mock_clock import SYSTEM_CLOCK
+from .security import SaslSession
 
-if TYPE_CHECKING:
-    from .security import SaslSession
 
 
 class Request:
@@ -43,7 +42,7 @@ class Request:
         body: Optional[Dict[str, Any]],
         size: int,
         peer: str,
-        session: Optional["SaslSession"] = None,
+        session: Optional[SaslSession] = None,
         received_at_ms: Optional[float] = None,
     ) -> None:
         self.processor_id = processor_id

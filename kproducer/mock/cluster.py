@@ -121,7 +121,7 @@ class MockCluster:
             security_protocol, sasl_mechanisms, users, session_lifetime_ms, ssl_context, ssl_client_auth,
             scram_iterations, host,
         )
-        self._faults = FaultInjector(API_NAMES.values())
+        self._faults = FaultInjector(API_NAMES.values(), clock=self.clock)
         self._state = ClusterState(config, self._faults, self.clock)
         self._txn = TransactionCoordinator(self._state)
         self._brokers: Dict[int, MockBroker] = {}

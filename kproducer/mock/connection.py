@@ -3,8 +3,9 @@
 A frame is a 4-byte big-endian size followed by that many bytes, reassembled by
 :class:`kproducer.protocol.framing.FrameReader` (the client's Selector uses the same). A negative size
 or one above the configured maximum is hostile or garbage input: :class:`FramingError` (the reader's
-FrameError) tells the processor to close the connection. Bytes that arrive while the connection is muted stay buffered; the next frame is
-taken from the buffer only when the processor unmutes the connection.
+FrameError) tells the processor to close the connection. Bytes that arrive while the connection is
+muted stay buffered; the next frame is taken from the buffer only when the processor unmutes the
+connection.
 
 :class:`TlsConnection` is the same over a non-blocking :class:`ssl.SSLSocket`: the processor drives its
 server-side handshake on readiness (:meth:`TlsConnection.handshake`), and its reads drain what the SSL

@@ -368,3 +368,23 @@ def select_readable(sock: socket.socket) -> bool:
 
     r, _, _ = select.select([sock], [], [], 0)
     return bool(r)
+
+
+def test_injected_latency_follows_the_cluster_clock(stepped: Tuple[MockCluster, FakeClock]) -> None:
+    cluster, clock = stepped
+    cluster.set_latency(1, 200)
+    server = cluster._brokers[1]._server
+    assert server is not None
+
+    def held() -> int:
+        return sum(len(p._delayed) for p in server.processors)
+
+    with client(cluster) as c:
+        c.send(API_VERSIONS, 3, {})
+        wait_until(lambda: held() == 1, "the response to be held back")
+        clock.advance(199)
+        assert held() == 1  # its time has not come on the cluster clock
+        clock.advance(1)
+        _, body = c.receive(API_VERSIONS, 3)
+        assert body["error_code"] == NO_ERROR
+        assert held() == 0

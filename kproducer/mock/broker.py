@@ -60,7 +60,7 @@ class MockBroker:
         apis = KafkaApis(self.info.id, self._state, self._txn, channel)
         server = SocketServer(
             self.info.id, self.info.host, self.info.port, channel, apis.served,
-            self._num_processors, self._state.config.max_request_size, self._security,
+            self._num_processors, self._state.config.max_request_size, self._security, self._state.clock,
         )
         server.start()
         self.info.port = server.port

@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .apis import VersionSpec
+from .apis import VersionSpec, restrict_versions
 from .cluster import MockCluster
 from .security import ALL_MECHANISMS
 
@@ -270,8 +270,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.session_lifetime_ms < 0:
         parser.error("--session-lifetime-ms must be 0 or positive")
     if args.api_versions:
-        from .apis import restrict_versions
-
         try:
             restrict_versions(_api_versions(args.api_versions))
         except ValueError as e:

@@ -7,10 +7,11 @@ from collections import Counter
 from types import TracebackType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .apis import API_NAMES, VersionSpec, restrict_versions
+from .apis import API_NAMES, SERVED_VERSIONS, VersionSpec, restrict_versions
 from .broker import MockBroker
 from .faults import FaultInjector, RequestLogEntry
 from .log import StoredRecord, decode_batches
+from .mock_clock import SYSTEM_CLOCK, MockClock
 from .security import ALL_MECHANISMS, CLIENT_AUTH, SECURITY_PROTOCOLS, ListenerSecurity
 from .state import ClusterConfig, ClusterState, PartitionState, TopicError
 from .txn import TransactionCoordinator
@@ -58,6 +59,12 @@ class MockCluster:
     ApiVersions versions served; ``unsupported_api_versions_reply="as_requested"`` answers it instead in
     the requested version's flexible shape, which parses as neither (as some Kafka-protocol servers do).
     :attr:`served_versions` is what the brokers serve.
+
+    Time: ``clock`` (any object with ``monotonic_ms()`` and ``wall_ms()``, e.g.
+    :class:`kproducer.clock.FakeClock`) is the time source of the cluster's timeouts (transaction
+    timeouts, SASL session lifetimes, injected latency, a Fetch's wait for data, the close after a failed
+    authentication) and of its transaction markers' timestamps, so a test can step time instead of
+    sleeping (see :mod:`kproducer.mock.mock_clock`). Default: real time.
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class MockCluster:
         scram_iterations: int = 4096,
         api_versions: Optional[Mapping[Union[str, int], VersionSpec]] = None,
         unsupported_api_versions_reply: str = "v0",
+        clock: Optional[MockClock] = None,
     ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
@@ -108,12 +116,13 @@ class MockCluster:
         )
         self._certs: Optional[Any] = None  # kproducer.mock.certs.Certificates when the cluster made them
         self._ca_pem = ssl_ca_pem
+        self.clock: MockClock = clock if clock is not None else SYSTEM_CLOCK
         self._security = self._make_security(
             security_protocol, sasl_mechanisms, users, session_lifetime_ms, ssl_context, ssl_client_auth,
             scram_iterations, host,
         )
-        self._faults = FaultInjector(API_NAMES.values())
-        self._state = ClusterState(config, self._faults)
+        self._faults = FaultInjector(API_NAMES.values(), clock=self.clock)
+        self._state = ClusterState(config, self._faults, self.clock)
         self._txn = TransactionCoordinator(self._state)
         self._brokers: Dict[int, MockBroker] = {}
         for i in range(num_brokers):
@@ -165,6 +174,7 @@ class MockCluster:
             users=users,
             session_lifetime_ms=session_lifetime_ms,
             scram_iterations=scram_iterations,
+            clock=self.clock,
         )
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -435,8 +445,6 @@ class MockCluster:
     @property
     def served_versions(self) -> Dict[int, Tuple[int, int]]:
         """API key -> (min, max) version every broker advertises and accepts."""
-        from .apis import SERVED_VERSIONS
-
         return dict(self._state.config.served_versions or SERVED_VERSIONS)
 
     def clear_faults(self) -> None:

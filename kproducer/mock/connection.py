@@ -1,9 +1,11 @@
 """One client connection of a mock broker: size-prefixed framing in, queued response bytes out.
 
-A frame is a 4-byte big-endian size followed by that many bytes. A negative size or one above the
-configured maximum is hostile or garbage input: :class:`FramingError` tells the processor to close
-the connection. Bytes that arrive while the connection is muted stay buffered; the next frame is
-taken from the buffer only when the processor unmutes the connection.
+A frame is a 4-byte big-endian size followed by that many bytes, reassembled by
+:class:`kproducer.protocol.framing.FrameReader` (the client's Selector uses the same). A negative size
+or one above the configured maximum is hostile or garbage input: :class:`FramingError` (the reader's
+FrameError) tells the processor to close the connection. Bytes that arrive while the connection is
+muted stay buffered; the next frame is taken from the buffer only when the processor unmutes the
+connection.
 
 :class:`TlsConnection` is the same over a non-blocking :class:`ssl.SSLSocket`: the processor drives its
 server-side handshake on readiness (:meth:`TlsConnection.handshake`), and its reads drain what the SSL
@@ -14,20 +16,19 @@ from __future__ import annotations
 import selectors
 import socket
 import ssl
-import struct
 from collections import deque
-from typing import TYPE_CHECKING, ClassVar, Deque, Optional, Tuple, Type
+from typing import ClassVar, Deque, Optional, Tuple, Type
 
-if TYPE_CHECKING:
-    from .security import SaslSession
+from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
+from .security import SaslSession
 
-_SIZE = struct.Struct(">i")
+_SIZE = SIZE_PREFIX
 _RECV_CHUNK = 256 * 1024
 _JOIN_LIMIT = 64 * 1024
 
 
-class FramingError(Exception):
-    """The peer sent a frame size we refuse (negative or above the limit)."""
+#: the peer sent a frame size we refuse (negative or above the limit)
+FramingError = FrameError
 
 
 class Connection:
@@ -41,7 +42,7 @@ class Connection:
         "handshaking",
         "session",
         "close_after_send",
-        "_in",
+        "reader",
         "_out",
         "_out_pos",
     )
@@ -60,10 +61,11 @@ class Connection:
         #: True until the TLS handshake has completed (always False for a plaintext connection)
         self.handshaking = False
         #: the connection's SASL state on a SASL listener, else None
-        self.session: Optional["SaslSession"] = None
+        self.session: Optional[SaslSession] = None
         #: close the connection once the queued output has been written (failed authentication)
         self.close_after_send = False
-        self._in = bytearray()
+        #: the incoming bytes, reassembled into request frames
+        self.reader = FrameReader(max_frame)
         self._out: Deque[memoryview] = deque()
         self._out_pos = 0
 
@@ -77,28 +79,15 @@ class Connection:
             return True
         if not data:
             return False
-        self._in += data
+        self.reader.append(data)
         return True
 
     def next_frame(self) -> Optional[bytes]:
         """The next complete frame's payload from the buffer, or None if it is not all here yet."""
-        buf = self._in
-        if len(buf) < 4:
-            return None
-        (size,) = _SIZE.unpack_from(buf, 0)
-        if size < 0:
-            raise FramingError(f"negative frame size {size}")
-        if size > self.max_frame:
-            raise FramingError(f"frame size {size} exceeds the limit of {self.max_frame} bytes")
-        end = 4 + size
-        if len(buf) < end:
-            return None
-        payload = bytes(buf[4:end])
-        del buf[:end]
-        return payload
+        return self.reader.next_frame()
 
     def buffered(self) -> int:
-        return len(self._in)
+        return self.reader.buffered
 
     # --------------------------------------------------------------------------------- output
 
@@ -185,7 +174,7 @@ class TlsConnection(Connection):
             return False
         if not data:
             return False
-        self._in += data
+        self.reader.append(data)
         # the SSL object may hold more decrypted bytes than one recv returned: the selector will not
         # report them (they are no longer in the kernel), so take them now
         while True:
@@ -200,4 +189,4 @@ class TlsConnection(Connection):
                 return False
             if not more:
                 return False
-            self._in += more
+            self.reader.append(more)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import Counter, deque
 from typing import Deque, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from ..protocol.messages import APIS
+from .mock_clock import SYSTEM_CLOCK, MockClock
 
 #: the kinds of broken responses :meth:`FaultInjector.corrupt_responses` can send
 CORRUPTIONS = ("garbled", "oversized")
@@ -56,7 +56,8 @@ class RequestLogEntry(NamedTuple):
 class FaultInjector:
     """Thread-safe store of pending faults and of the requests seen."""
 
-    def __init__(self, known_apis: Iterable[str], log_size: int = 10000) -> None:
+    def __init__(self, known_apis: Iterable[str], log_size: int = 10000, clock: MockClock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._known = set(known_apis)
         self._errors: Dict[str, Deque[int]] = {}
@@ -150,7 +151,7 @@ class FaultInjector:
         with self._lock:
             self.request_counts[name] += 1
             self.request_log.append(
-                RequestLogEntry(broker_id, name, version, correlation_id, client_id, time.time())
+                RequestLogEntry(broker_id, name, version, correlation_id, client_id, self._clock.wall_ms() / 1000.0)
             )
 
     def reset_log(self) -> None:

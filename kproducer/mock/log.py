@@ -11,7 +11,6 @@ aborted transactions that a read_committed consumer must filter.
 """
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from bisect import bisect_left
@@ -21,15 +20,14 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from ..protocol.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    CONTROL_KEY,
     RecordBatchHeader,
     build_control_batch,
     read_batch_header,
     read_batches,
+    stamp_batch,
 )
 from .producer_state import ProducerStateTable
-
-_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
-_CONTROL_KEY = struct.Struct(">hh")
 
 
 class AbortedTxn(NamedTuple):
@@ -87,7 +85,7 @@ class PartitionLog:
     def append(self, data: bytes, header: RecordBatchHeader, leader_epoch: int) -> int:
         """Append one validated batch; returns its base offset."""
         base = self.end_offset
-        stored = b"".join((_PREFIX.pack(base, header.batch_length, leader_epoch), memoryview(data)[16:]))
+        stored = stamp_batch(data, base, leader_epoch)
         last = base + header.last_offset_delta
         self._batches.append(stored)
         self._bases.append(base)
@@ -105,10 +103,14 @@ class PartitionLog:
                 self.ongoing_txns[pid] = base
         return base
 
-    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int) -> int:
-        """Write a transaction marker (a control batch) and close the producer's transaction here."""
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int,
+                      timestamp_ms: Optional[int] = None) -> int:
+        """Write a transaction marker (a control batch, stamped ``timestamp_ms``, default now) and close
+        the producer's transaction here."""
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
         data = build_control_batch(
-            CONTROL_COMMIT if commit else CONTROL_ABORT, int(time.time() * 1000), producer_id, producer_epoch
+            CONTROL_COMMIT if commit else CONTROL_ABORT, timestamp_ms, producer_id, producer_epoch
         )
         offset = self.append(data, read_batch_header(data, 0, verify_crc=False), leader_epoch)
         first = self.ongoing_txns.pop(producer_id, None)
@@ -185,7 +187,7 @@ def decode_batches(batches: List[bytes]) -> List[StoredRecord]:
         for rec in batch.records:
             control_type: Optional[int] = None
             if control and rec.key is not None and len(rec.key) >= 4:
-                control_type = _CONTROL_KEY.unpack_from(rec.key)[1]
+                control_type = CONTROL_KEY.unpack_from(rec.key)[1]
             out.append(
                 StoredRecord(
                     offset=rec.offset,

@@ -30,6 +30,7 @@ from typing import Deque, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..protocol.messages import API_VERSIONS, decode_request_header
 from .connection import Connection, FramingError, TlsConnection
+from .mock_clock import SYSTEM_CLOCK, MockClock, real_wait
 from .request_channel import Request, RequestChannel, Response
 from .security import ListenerSecurity
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT = 0.5
 #: how long a connection stays open after its failed-authentication response was written (Kafka's
 #: connection.failed.authentication.delay.ms is 100): a client reads the response before the close
-CLOSE_AFTER_SEND_DELAY = 0.1
+CLOSE_AFTER_SEND_DELAY_MS = 100
 _conn_ids = itertools.count(1)
 
 
@@ -53,6 +54,7 @@ class Processor(threading.Thread):
         served: Mapping[int, Tuple[int, int]],
         max_request_size: int,
         security: Optional[ListenerSecurity] = None,
+        clock: MockClock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(name=f"mock-broker-{broker_id}-network-{processor_id}", daemon=True)
         self.processor_id = processor_id
@@ -61,6 +63,7 @@ class Processor(threading.Thread):
         self._served = served
         self._max_request_size = max_request_size
         self._security = security
+        self._clock = clock
         self._ssl_context: Optional[ssl.SSLContext] = security.ssl_context if security is not None else None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -76,7 +79,7 @@ class Processor(threading.Thread):
         self._delayed: List[Tuple[float, int, Response]] = []
         self._delay_seq = itertools.count()
         self._check_buffer: Set[int] = set()
-        #: (close at time.monotonic(), connection): connections to close once their last response went out
+        #: (close at clock monotonic_ms(), connection): connections to close once their last response went out
         self._closing: List[Tuple[float, Connection]] = []
         self._completed_receives: List[Tuple[Connection, bytes]] = []
         self._completed_sends: List[Connection] = []
@@ -142,7 +145,7 @@ class Processor(threading.Thread):
             self._close_delayed()
 
     def _close_delayed(self) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic_ms()
         keep = []
         for at, conn in self._closing:
             if at <= now:
@@ -185,10 +188,10 @@ class Processor(threading.Thread):
         return conn
 
     def _process_new_responses(self) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic_ms()
         for response in self._channel.take_responses(self.processor_id):
-            if response.send_at > now:
-                heapq.heappush(self._delayed, (response.send_at, next(self._delay_seq), response))
+            if response.send_at_ms > now:
+                heapq.heappush(self._delayed, (response.send_at_ms, next(self._delay_seq), response))
             else:
                 self._apply_response(response)
         delayed = self._delayed
@@ -227,10 +230,13 @@ class Processor(threading.Thread):
             timeout: Optional[float] = 0.0
         else:
             timeout = POLL_TIMEOUT
-            if self._delayed:
-                timeout = max(0.0, min(timeout, self._delayed[0][0] - time.monotonic()))
-            if self._closing:
-                timeout = max(0.0, min(timeout, min(at for at, _ in self._closing) - time.monotonic()))
+            if self._delayed or self._closing:
+                now = self._clock.monotonic_ms()
+                if self._delayed:
+                    timeout = max(0.0, min(timeout, (self._delayed[0][0] - now) / 1000.0))
+                if self._closing:
+                    timeout = max(0.0, min(timeout, (min(at for at, _ in self._closing) - now) / 1000.0))
+                timeout = real_wait(self._clock, timeout)
         events = self._selector.select(timeout)
         for key, mask in events:
             conn = key.data
@@ -366,14 +372,15 @@ class Processor(threading.Thread):
                 (conn, f"unsupported {api.name} version {header.api_version} (served: v{lo}-v{hi})", logging.WARNING)
             )
             return None
-        return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer, session)
+        return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer, session,
+                       self._clock.monotonic_ms())
 
     def _process_completed_sends(self) -> None:
         sends, self._completed_sends = self._completed_sends, []
         for conn in sends:
             if not conn.closed:
                 if conn.close_after_send:  # stays muted: nothing more is read from it
-                    self._closing.append((time.monotonic() + CLOSE_AFTER_SEND_DELAY, conn))
+                    self._closing.append((self._clock.monotonic_ms() + CLOSE_AFTER_SEND_DELAY_MS, conn))
                 else:
                     self._unmute(conn)
 

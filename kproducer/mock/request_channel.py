@@ -8,15 +8,13 @@ connection) or an order to close the connection instead of answering.
 from __future__ import annotations
 
 import queue
-import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from ..protocol.messages import RequestHeader
 from ..protocol.schema import Api
-
-if TYPE_CHECKING:
-    from .security import SaslSession
+from .mock_clock import SYSTEM_CLOCK
+from .security import SaslSession
 
 
 class Request:
@@ -29,7 +27,7 @@ class Request:
         "api",
         "body",
         "size",
-        "received_at",
+        "received_at_ms",
         "peer",
         "session",
     )
@@ -43,7 +41,8 @@ class Request:
         body: Optional[Dict[str, Any]],
         size: int,
         peer: str,
-        session: Optional["SaslSession"] = None,
+        session: Optional[SaslSession] = None,
+        received_at_ms: Optional[float] = None,
     ) -> None:
         self.processor_id = processor_id
         self.connection_id = connection_id
@@ -52,7 +51,8 @@ class Request:
         #: the decoded body; None for an ApiVersions request of a version we do not know
         self.body = body
         self.size = size
-        self.received_at = time.monotonic()
+        #: the cluster clock's monotonic_ms() when the request was read
+        self.received_at_ms = SYSTEM_CLOCK.monotonic_ms() if received_at_ms is None else received_at_ms
         self.peer = peer
         #: the connection's SASL session (SASL listeners only)
         self.session = session
@@ -71,14 +71,14 @@ class Request:
 class Response:
     """What a processor should do for a request: send ``data``, do nothing (``data`` None), or close."""
 
-    __slots__ = ("request", "data", "close", "send_at", "close_after_send", "raw")
+    __slots__ = ("request", "data", "close", "send_at_ms", "close_after_send", "raw")
 
     def __init__(
         self,
         request: Request,
         data: Optional[bytes],
         close: bool = False,
-        send_at: float = 0.0,
+        send_at_ms: float = 0.0,
         close_after_send: bool = False,
         raw: bool = False,
     ) -> None:
@@ -87,8 +87,9 @@ class Response:
         self.data = data
         #: close the connection instead of answering (a fault, or a request we could not serve)
         self.close = close
-        #: time.monotonic() before which the response must not be sent (injected latency)
-        self.send_at = send_at
+        #: the cluster clock's monotonic_ms() before which the response must not be sent (injected
+        #: latency); 0: now
+        self.send_at_ms = send_at_ms
         #: send ``data``, then close the connection (a failed authentication)
         self.close_after_send = close_after_send
         #: ``data`` goes on the wire as it is, without a size prefix (a fault: a hostile frame size)

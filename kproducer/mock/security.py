@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ssl
 import threading
-import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..protocol.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from ..protocol.sasl import SUPPORTED_MECHANISMS
+from .mock_clock import SYSTEM_CLOCK, MockClock
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 ALL_MECHANISMS = SUPPORTED_MECHANISMS
@@ -59,6 +59,7 @@ class ListenerSecurity:
         users: Optional[Mapping[str, str]] = None,
         session_lifetime_ms: int = 0,
         scram_iterations: int = 4096,
+        clock: MockClock = SYSTEM_CLOCK,
     ) -> None:
         if protocol not in SECURITY_PROTOCOLS:
             raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, not {protocol!r}")
@@ -84,6 +85,8 @@ class ListenerSecurity:
         self.session_lifetime_ms = session_lifetime_ms
         self.scram_iterations = scram_iterations
         self.stats = AuthStats()
+        #: the cluster's clock (session expiry)
+        self.clock = clock
 
     def new_session(self) -> Optional["SaslSession"]:
         """A connection's SASL session; None on listeners without SASL."""
@@ -102,7 +105,7 @@ class SaslSession:
     AUTHENTICATE = "AUTHENTICATE"
     AUTHENTICATED = "AUTHENTICATED"
 
-    __slots__ = ("security", "state", "mechanism", "server", "principal", "expires_at", "reauthenticating",
+    __slots__ = ("security", "state", "mechanism", "server", "principal", "expires_at_ms", "reauthenticating",
                  "authenticated")
 
     def __init__(self, security: ListenerSecurity) -> None:
@@ -115,14 +118,15 @@ class SaslSession:
         self.server: Optional[object] = None
         #: the authenticated user (kept across re-authentications, which must not change it)
         self.principal: Optional[str] = None
-        #: time.monotonic() after which the session has expired (0: never)
-        self.expires_at = 0.0
+        #: the cluster clock's monotonic_ms() after which the session has expired (0: never)
+        self.expires_at_ms = 0.0
         self.reauthenticating = False
 
     def allows(self, api_key: int) -> Optional[str]:
         """None if a request of ``api_key`` may be handled now; else why the connection must close."""
         if self.authenticated:
-            if self.expires_at and time.monotonic() >= self.expires_at and api_key != SASL_HANDSHAKE_KEY:
+            expires = self.expires_at_ms
+            if expires and self.security.clock.monotonic_ms() >= expires and api_key != SASL_HANDSHAKE_KEY:
                 return "the SASL session expired (no re-authentication in time)"
             return None
         if api_key in PRE_AUTH_API_KEYS:

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import List, Mapping, Optional, Tuple
 
+from .mock_clock import SYSTEM_CLOCK, MockClock
 from .processor import POLL_TIMEOUT, Processor
 from .request_channel import RequestChannel
 from .security import ListenerSecurity
@@ -99,6 +100,7 @@ class SocketServer:
         num_processors: int = 2,
         max_request_size: int = 100 * 1024 * 1024,
         security: Optional[ListenerSecurity] = None,
+        clock: MockClock = SYSTEM_CLOCK,
     ) -> None:
         if num_processors < 1:
             raise ValueError("num_processors must be at least 1")
@@ -109,6 +111,7 @@ class SocketServer:
         self._served = served
         self._num_processors = num_processors
         self._max_request_size = max_request_size
+        self._clock = clock
         #: None for a PLAINTEXT listener
         self._security = security if security is not None and (security.tls or security.sasl) else None
         self.processors: List[Processor] = []
@@ -128,7 +131,8 @@ class SocketServer:
             raise
         self.port = server.getsockname()[1]
         self.processors = [
-            Processor(i, self.broker_id, self._channel, self._served, self._max_request_size, self._security)
+            Processor(i, self.broker_id, self._channel, self._served, self._max_request_size, self._security,
+                      self._clock)
             for i in range(self._num_processors)
         ]
         for processor in self.processors:

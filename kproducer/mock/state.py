@@ -20,6 +20,7 @@ from ..protocol.errors import (
 )
 from .faults import FaultInjector
 from .log import PartitionLog
+from .mock_clock import SYSTEM_CLOCK, MockClock
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -91,8 +92,10 @@ class TopicError(Exception):
 
 
 class ClusterState:
-    def __init__(self, config: ClusterConfig, faults: FaultInjector) -> None:
+    def __init__(self, config: ClusterConfig, faults: FaultInjector, clock: MockClock = SYSTEM_CLOCK) -> None:
         self.config = config
+        #: the time source of every timeout of the cluster
+        self.clock = clock
         self.faults = faults
         self.lock = threading.RLock()
         self.cluster_id = "kproducer-mock-" + uuid.uuid4().hex[:12]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..protocol.errors import (
@@ -47,7 +46,7 @@ class TxnMetadata:
         "partitions",
         "groups",
         "pending_offsets",
-        "started_at",
+        "started_at_ms",
     )
 
     def __init__(self, transactional_id: str, producer_id: int, timeout_ms: int) -> None:
@@ -59,7 +58,7 @@ class TxnMetadata:
         self.partitions: Set[TopicPartition] = set()
         self.groups: Set[str] = set()
         self.pending_offsets: Dict[str, Dict[TopicPartition, Tuple[int, Optional[str]]]] = {}
-        self.started_at = 0.0
+        self.started_at_ms = 0.0
 
 
 def fenced_code(api: str, version: int) -> int:
@@ -78,7 +77,7 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------------------ helpers
 
     def _expire_if_timed_out(self, meta: TxnMetadata) -> None:
-        if meta.state == ONGOING and time.monotonic() - meta.started_at > meta.timeout_ms / 1000.0:
+        if meta.state == ONGOING and self._state.clock.monotonic_ms() - meta.started_at_ms > meta.timeout_ms:
             log.info("transaction %r timed out after %d ms: aborting", meta.transactional_id, meta.timeout_ms)
             self._bump_epoch(meta)
             self._complete(meta, commit=False)
@@ -108,7 +107,8 @@ class TransactionCoordinator:
             if p is None:
                 continue
             with p.log.lock:
-                p.log.append_marker(meta.producer_id, meta.producer_epoch, commit, p.leader_epoch)
+                p.log.append_marker(meta.producer_id, meta.producer_epoch, commit, p.leader_epoch,
+                                    self._state.clock.wall_ms())
             touched.append((topic, index))
         if commit:
             for group, offsets in meta.pending_offsets.items():
@@ -164,7 +164,7 @@ class TransactionCoordinator:
     def _begin(self, meta: TxnMetadata) -> None:
         if meta.state != ONGOING:
             meta.state = ONGOING
-            meta.started_at = time.monotonic()
+            meta.started_at_ms = self._state.clock.monotonic_ms()
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str, version: int) -> int:
         with self._lock:

@@ -8,7 +8,7 @@ import ssl
 import struct
 from typing import Any, Dict, Optional, Tuple, Union
 
-from ..protocol.messages import APIS, decode_response, encode_request
+from ..protocol.messages import API_VERSIONS, APIS, decode_response, encode_request
 from ..protocol.messages.api_versions import decode_api_versions
 from ..protocol.schema import Api
 
@@ -86,7 +86,7 @@ class WireClient:
         """(correlation id, body) of the next response, decoded as ``api`` at ``version``."""
         the_api = self._api(api)
         frame = self.read_frame()
-        if the_api.key == 18:  # ApiVersions: maybe the v0 UNSUPPORTED_VERSION fallback
+        if the_api.key == API_VERSIONS.key:  # maybe the v0 UNSUPPORTED_VERSION fallback
             cid = _SIZE.unpack_from(frame)[0]
             return cid, decode_api_versions(version, frame, 4)[1]
         return decode_response(the_api, version, frame)

@@ -18,15 +18,17 @@ import logging
 import selectors
 import socket
 import ssl
-import struct
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
+from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
+__all__ = ["FrameError", "FrameReader", "Selector", "KafkaChannel", "ChannelState", "resolve"]
+
+_SIZE = SIZE_PREFIX
 _READ_CHUNK = 256 * 1024
 
 NodeId = int
@@ -71,53 +73,6 @@ Sock = Union[socket.socket, ssl.SSLSocket]
 # listener answers to a plaintext Kafka request, and never the start of a Kafka response frame that
 # we accept (that would be a frame of over 350 MB)
 _TLS_RECORD_TYPES = (0x15, 0x16)
-
-
-class FrameError(Exception):
-    """The peer sent a frame size we refuse (negative or above the configured maximum)."""
-
-
-class FrameReader:
-    """Reassembles size-prefixed frames from arbitrary chunks of a byte stream."""
-
-    __slots__ = ("max_size", "_buf", "_start")
-
-    def __init__(self, max_size: int) -> None:
-        self.max_size = max_size
-        self._buf = bytearray()
-        self._start = 0
-
-    def feed(self, data: bytes) -> List[bytes]:
-        """Add bytes; return every frame completed by them (payloads without the size prefix)."""
-        buf = self._buf
-        buf += data
-        frames = []
-        start = self._start
-        end = len(buf)
-        while end - start >= 4:
-            (size,) = _SIZE.unpack_from(buf, start)
-            if size < 0 or size > self.max_size:
-                raise FrameError(
-                    f"invalid frame size {size} (allowed 0..{self.max_size}); the peer is not speaking "
-                    "the Kafka protocol or the data is corrupt"
-                )
-            if end - start - 4 < size:
-                break
-            frames.append(bytes(buf[start + 4:start + 4 + size]))
-            start += 4 + size
-        if start:
-            if start == end:
-                buf.clear()
-                start = 0
-            elif start > 65536:
-                del buf[:start]
-                start = 0
-        self._start = start
-        return frames
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._start
 
 
 class KafkaChannel:

@@ -66,13 +66,25 @@ __all__ = [
     "RecordBatch",
     "read_batch_header",
     "read_batches",
+    "RecordDecodeError",
     "set_base_offset",
+    "stamp_batch",
+    "CONTROL_KEY",
     "build_control_batch",
 ]
 
 log = logging.getLogger(__name__)
 
 BytesLike = Union[bytes, bytearray, memoryview]
+
+
+class RecordDecodeError(ProtocolError):
+    """A record inside a batch is malformed; ``record_index`` is its position in the batch (0-based),
+    which a broker reports in a Produce response's ``record_errors``."""
+
+    def __init__(self, record_index: int, message: str) -> None:
+        super().__init__(message)
+        self.record_index = record_index
 Header = Tuple[str, Optional[bytes]]
 
 # --------------------------------------------------------------------------------------------
@@ -112,6 +124,9 @@ _LENGTH_OFFSET = 8  # batchLength field
 _MAGIC_OFFSET = 16
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21  # CRC coverage starts here
+#: where a batch's magic byte is, and where the bytes its CRC covers start (public for brokers)
+MAGIC_OFFSET = _MAGIC_OFFSET
+CRC_COVERAGE_OFFSET = _ATTRIBUTES_OFFSET
 _LOG_OVERHEAD = 12  # baseOffset + batchLength
 _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD  # 49
 
@@ -136,6 +151,9 @@ _BODY_HEADER = struct.Struct(">hiqqqhii")
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
+_OFFSET_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+#: the key of a control record: version, type (CONTROL_ABORT / CONTROL_COMMIT)
+CONTROL_KEY = struct.Struct(">hh")
 assert _PREFIX.size + _BODY_HEADER.size == _HEADER.size == RECORD_BATCH_OVERHEAD
 
 _INT32_MAX = 0x7FFFFFFF
@@ -483,7 +501,7 @@ def build_control_batch(
     builder = RecordBatchBuilder(capacity=RECORD_BATCH_OVERHEAD + 64)
     builder.try_append(
         timestamp_ms,
-        struct.pack(">hh", 0, control_type),
+        CONTROL_KEY.pack(0, control_type),
         struct.pack(">hi", 0, coordinator_epoch),
         None,
     )
@@ -644,17 +662,21 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             )
         length, pos = rv(section, pos, end, 5, "record length varint")
         if length < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"negative record length {length} (record {index}, batch at {batch_pos})"
             )
         rec_end = pos + length
         if rec_end > end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record {index} length {length} runs past the end of the records section "
                 f"(batch at offset {batch_pos})"
             )
         if pos >= rec_end:
-            raise ProtocolError(f"record {index} is empty (length {length}, batch at {batch_pos})")
+            raise RecordDecodeError(
+                index, f"record {index} is empty (length {length}, batch at {batch_pos})"
+            )
         attributes = section[pos]
         pos += 1
         ts_delta, pos = rv(section, pos, rec_end, 10, "timestampDelta varlong")
@@ -664,9 +686,10 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
         if klen == -1:
             key = None
         elif klen < 0:
-            raise ProtocolError(f"invalid key length {klen} (record {index}, batch at {batch_pos})")
+            raise RecordDecodeError(index, f"invalid key length {klen} (record {index}, batch at {batch_pos})")
         elif pos + klen > rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: key of {klen} bytes runs past the record's length "
                 f"{length} (record {index}, batch at {batch_pos})"
             )
@@ -678,11 +701,13 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
         if vlen == -1:
             value = None
         elif vlen < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"invalid value length {vlen} (record {index}, batch at {batch_pos})"
             )
         elif pos + vlen > rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: value of {vlen} bytes runs past the record's length "
                 f"{length} (record {index}, batch at {batch_pos})"
             )
@@ -691,20 +716,23 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             pos += vlen
         hcount, pos = rv(section, pos, rec_end, 5, "headers count varint")
         if hcount < 0:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"invalid header count {hcount} (record {index}, batch at {batch_pos})"
             )
         headers: List[Header] = []
         for _ in range(hcount):
             hklen, pos = rv(section, pos, rec_end, 5, "header key length varint")
             if hklen < 0 or pos + hklen > rec_end:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"invalid header key length {hklen} (record {index}, batch at {batch_pos})"
                 )
             try:
                 hkey = section[pos : pos + hklen].decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"header key is not valid UTF-8 (record {index}, batch at {batch_pos}): {exc}"
                 ) from None
             pos += hklen
@@ -713,7 +741,8 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
             if hvlen == -1:
                 hvalue = None
             elif hvlen < 0 or pos + hvlen > rec_end:
-                raise ProtocolError(
+                raise RecordDecodeError(
+                index,
                     f"invalid header value length {hvlen} (record {index}, batch at {batch_pos})"
                 )
             else:
@@ -721,7 +750,8 @@ def _decode_records(section: bytes, header: RecordBatchHeader, batch_pos: int) -
                 pos += hvlen
             headers.append((hkey, hvalue))
         if pos != rec_end:
-            raise ProtocolError(
+            raise RecordDecodeError(
+                index,
                 f"record length mismatch: record {index} says {length} bytes but its fields take "
                 f"{length - (rec_end - pos)} (batch at offset {batch_pos})"
             )
@@ -794,6 +824,15 @@ def read_batches(
         )
         pos = batch_end
     return batches
+
+
+def stamp_batch(data: BytesLike, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """A copy of the one whole batch ``data`` with its baseOffset and partitionLeaderEpoch set, as a
+    broker stores it (neither field is covered by the CRC, so the batch stays valid)."""
+    (batch_length,) = _BATCH_LENGTH.unpack_from(data, _LENGTH_OFFSET)
+    return b"".join(
+        (_OFFSET_PREFIX.pack(base_offset, batch_length, partition_leader_epoch), memoryview(data)[_MAGIC_OFFSET:])
+    )
 
 
 def set_base_offset(data: BytesLike, base_offset: int, pos: int = 0) -> bytes:

@@ -12,7 +12,6 @@ import stat
 import struct
 import sys
 import threading
-import time
 from typing import Any, Dict, Iterator, Optional
 
 import pytest
@@ -26,6 +25,7 @@ from kproducer.protocol.errors import (
 
 pytest.importorskip("cryptography")
 
+from kproducer.clock import FakeClock  # noqa: E402
 from kproducer.mock import MockCluster  # noqa: E402
 from kproducer.mock.certs import MissingDependencyError, make_certificates, server_context  # noqa: E402
 from kproducer.mock.cli import add_arguments, build_cluster  # noqa: E402
@@ -301,17 +301,20 @@ def test_sasl_apis_on_a_listener_without_sasl() -> None:
 
 
 def test_session_expiry_closes_the_connection_at_its_next_request() -> None:
-    with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=300) as cluster:
+    clock = FakeClock()
+    with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=300,
+                     clock=clock) as cluster:
         with connect(cluster) as c:
             response = authenticate(c, "PLAIN")
             assert response["session_lifetime_ms"] == 300
+            clock.advance(299)
             assert metadata(c)["brokers"]
-            time.sleep(0.5)
+            clock.advance(1)
             c.send(METADATA, 12, {"topics": None})
             assert c.is_closed_by_peer()
         with connect(cluster) as c:  # v0 SaslAuthenticate carries no lifetime, the session still expires
             assert authenticate(c, "SCRAM-SHA-256", version=0).get("session_lifetime_ms", 0) == 0
-            time.sleep(0.5)
+            clock.advance(300)
             c.send(METADATA, 12, {"topics": None})
             assert c.is_closed_by_peer()
         assert cluster.auth_stats["expired_connections"] == 2
@@ -341,10 +344,12 @@ def test_reauthentication_renews_the_session_on_the_same_connection() -> None:
 
 
 def test_an_expired_session_may_still_reauthenticate() -> None:
-    with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=200) as cluster:
+    clock = FakeClock()
+    with MockCluster(1, security_protocol="SASL_PLAINTEXT", users=USERS, session_lifetime_ms=200,
+                     clock=clock) as cluster:
         with connect(cluster) as c:
             assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
-            time.sleep(0.3)
+            clock.advance(300)
             assert authenticate(c, "PLAIN")["error_code"] == NO_ERROR
             assert metadata(c)["brokers"]
 

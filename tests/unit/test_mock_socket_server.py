@@ -7,10 +7,11 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
+from kproducer.clock import FakeClock
 from kproducer.mock import MockCluster
 from kproducer.mock.apis import SERVED_VERSIONS
 from kproducer.mock.request_channel import Request, RequestChannel, Response
@@ -131,31 +132,55 @@ def test_server_stop_closes_connections(bare_server: tuple) -> None:
 # --------------------------------------------------------------------------------- a whole broker
 
 
-def test_pipelined_fetch_wait_holds_back_later_responses(cluster: MockCluster) -> None:
-    """A Fetch parked for data is answered before the ApiVersions request sent after it."""
+@pytest.fixture
+def stepped() -> Iterator[Tuple[MockCluster, FakeClock]]:
+    """A cluster on a fake clock: its waits end only when the test steps the clock."""
+    clock = FakeClock()
+    with MockCluster(1, clock=clock) as c:
+        c.create_topic("t", 2)
+        yield c, clock
+
+
+def parked_fetches(cluster: MockCluster, broker_id: int = 1) -> int:
+    apis = cluster._brokers[broker_id]._apis
+    assert apis is not None
+    return apis.purgatory.parked()
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)
+
+
+def test_pipelined_fetch_wait_holds_back_later_responses(stepped: Tuple[MockCluster, FakeClock]) -> None:
+    """A Fetch parked for data is answered, at its deadline, before the ApiVersions request sent after it."""
+    cluster, clock = stepped
     with client(cluster) as c:
         _, fetch = c.encode(FETCH, 12, fetch_body(0, max_wait_ms=300))
         _, versions = c.encode(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
-        start = time.monotonic()
         c.send_raw(fetch + versions)
+        wait_until(lambda: parked_fetches(cluster) == 1, "the Fetch to be parked")
+        clock.advance(299)
+        assert parked_fetches(cluster) == 1
+        clock.advance(1)
         cid1, body1 = c.receive(FETCH, 12)
         cid2, body2 = c.receive(API_VERSIONS, 3)
-        elapsed = time.monotonic() - start
     assert (cid1, cid2) == (1, 2)
     assert body1["responses"][0]["partitions"][0]["records"] == b""
     assert body2["error_code"] == NO_ERROR
-    assert 0.25 <= elapsed < 2.0
+    assert parked_fetches(cluster) == 0
 
 
-def test_fetch_wait_is_cut_short_by_new_data(cluster: MockCluster) -> None:
+def test_fetch_wait_is_cut_short_by_new_data(stepped: Tuple[MockCluster, FakeClock]) -> None:
+    cluster, _ = stepped  # the clock never moves: only the new data can answer the Fetch
     with client(cluster) as consumer, client(cluster) as producer:
-        start = time.monotonic()
         consumer.send(FETCH, 12, fetch_body(0, max_wait_ms=5000))
-        time.sleep(0.1)
+        wait_until(lambda: parked_fetches(cluster) == 1, "the Fetch to be parked")
         assert producer.request(PRODUCE, 9, produce_body(batch()))["responses"][0]["partition_responses"][0][
             "error_code"] == NO_ERROR
         _, body = consumer.receive(FETCH, 12)
-        assert time.monotonic() - start < 1.0
     assert len(body["responses"][0]["partitions"][0]["records"]) > 61
 
 
@@ -345,3 +370,23 @@ def select_readable(sock: socket.socket) -> bool:
 
     r, _, _ = select.select([sock], [], [], 0)
     return bool(r)
+
+
+def test_injected_latency_follows_the_cluster_clock(stepped: Tuple[MockCluster, FakeClock]) -> None:
+    cluster, clock = stepped
+    cluster.set_latency(1, 200)
+    server = cluster._brokers[1]._server
+    assert server is not None
+
+    def held() -> int:
+        return sum(len(p._delayed) for p in server.processors)
+
+    with client(cluster) as c:
+        c.send(API_VERSIONS, 3, {})
+        wait_until(lambda: held() == 1, "the response to be held back")
+        clock.advance(199)
+        assert held() == 1  # its time has not come on the cluster clock
+        clock.advance(1)
+        _, body = c.receive(API_VERSIONS, 3)
+        assert body["error_code"] == NO_ERROR
+        assert held() == 0

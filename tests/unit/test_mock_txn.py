@@ -2,11 +2,11 @@
 AddOffsetsToTxn, TxnOffsetCommit, EndTxn, markers and read_committed fetches)."""
 from __future__ import annotations
 
-import time
 from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from kproducer.clock import FakeClock
 from kproducer.mock import MockCluster
 from kproducer.mock.wire_client import WireClient
 from kproducer.protocol.errors import (
@@ -288,7 +288,8 @@ def test_offsets_in_a_transaction(cluster: MockCluster, clients: Clients) -> Non
 
 
 def test_transaction_timeout_aborts_and_fences() -> None:
-    with MockCluster(1) as cluster:
+    clock = FakeClock()
+    with MockCluster(1, clock=clock) as cluster:
         cluster.create_topic("t", 1)
         clients = Clients(cluster)
         try:
@@ -298,7 +299,7 @@ def test_transaction_timeout_aborts_and_fences() -> None:
             txn.epoch += 1
             txn.add(0)
             txn.send(0, [b"a"])
-            time.sleep(0.2)
+            clock.advance(101)
             assert txn.end(commit=True) == ProducerFencedError.code
             assert cluster.transaction_state("tx-slow") == "CompleteAbort"
             assert cluster.last_stable_offset("t", 0) == cluster.high_watermark("t", 0) == 2

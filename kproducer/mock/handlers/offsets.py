@@ -5,9 +5,9 @@ accepted from a "simple" consumer (generation -1, no member id), as Kafka accept
 without members; a member id or generation gets UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from ..protocol.errors import (
+from ...protocol.errors import (
     NO_ERROR,
     IllegalGenerationError,
     InvalidGroupIdError,
@@ -15,22 +15,20 @@ from ..protocol.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from .request_channel import Request
+from ..context import NO_EPOCH, NO_OFFSET, BrokerContext
+from ..request_channel import Request
+from ..results import Result
 
-if TYPE_CHECKING:
-    from .apis import KafkaApis, Result
-
-Body = Dict[str, Any]
 TopicPartition = Tuple[str, int]
 
 
-def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
+def handle_offset_commit(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     group = body["group_id"]
     if not group:
         group_error = InvalidGroupIdError.code
-    elif not apis.is_coordinator(group):
+    elif not ctx.is_coordinator(group):
         group_error = NotCoordinatorError.code
     elif body["member_id"]:
         group_error = UnknownMemberIdError.code
@@ -44,27 +42,27 @@ def handle_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
         parts = []
         for p in t["partitions"]:
             tp = (t["name"], p["partition_index"])
-            code = apis.faults.take_error("offset_commit") or group_error
-            if not code and apis.state.partition(*tp) is None:
+            code = ctx.faults.take_error("offset_commit") or group_error
+            if not code and ctx.state.partition(*tp) is None:
                 code = UnknownTopicOrPartitionError.code
             if not code:
                 accepted[tp] = (p["committed_offset"], p["committed_metadata"])
             parts.append({"partition_index": tp[1], "error_code": code})
         topics.append({"name": t["name"], "partitions": parts})
     if accepted:
-        apis.state.commit_offsets(group, accepted)
+        ctx.state.commit_offsets(group, accepted)
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def handle_offset_fetch(apis: "KafkaApis", request: Request) -> "Result":
+def handle_offset_fetch(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     group = body["group_id"]
-    error = apis.faults.take_error("offset_fetch") or NO_ERROR
-    if not error and not apis.is_coordinator(group):
+    error = ctx.faults.take_error("offset_fetch") or NO_ERROR
+    if not error and not ctx.is_coordinator(group):
         error = NotCoordinatorError.code
-    with apis.state.lock:
-        committed = dict(apis.state.group_offsets.get(group, {}))
+    with ctx.state.lock:
+        committed = dict(ctx.state.group_offsets.get(group, {}))
     wanted: Dict[str, List[int]] = {}
     if body["topics"] is None:
         for topic, partition in sorted(committed):
@@ -76,11 +74,11 @@ def handle_offset_fetch(apis: "KafkaApis", request: Request) -> "Result":
     for topic, partitions in wanted.items():
         parts = []
         for partition in partitions:
-            offset, metadata = committed.get((topic, partition), (-1, ""))
+            offset, metadata = committed.get((topic, partition), (NO_OFFSET, ""))
             parts.append({
                 "partition_index": partition,
-                "committed_offset": offset if not error else -1,
-                "committed_leader_epoch": -1,
+                "committed_offset": offset if not error else NO_OFFSET,
+                "committed_leader_epoch": NO_EPOCH,
                 "metadata": metadata if metadata is not None else "",
                 "error_code": error,
             })

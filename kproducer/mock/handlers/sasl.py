@@ -15,33 +15,30 @@ Kafka, but not served: such a client gets UNSUPPORTED_SASL_MECHANISM and a log l
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Optional
 
-from ..protocol.errors import (
+from ...protocol.errors import (
     NO_ERROR,
     IllegalSaslStateError,
     SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
 )
-from ..protocol.sasl import SaslServer, sasl_server
-from .request_channel import Request
-from .security import SaslSession
-
-if TYPE_CHECKING:
-    from .apis import KafkaApis, Result
+from ...protocol.sasl import SaslServer, sasl_server
+from ..context import BrokerContext
+from ..request_channel import Request
+from ..results import CLOSE_CONNECTION, DEFERRED, Body, Result
+from ..security import SaslSession
 
 log = logging.getLogger(__name__)
 
 
 def _auth_response(error_code: int, message: Optional[str] = None, auth_bytes: bytes = b"",
-                   lifetime_ms: int = 0) -> Dict[str, Any]:
+                   lifetime_ms: int = 0) -> Body:
     return {"error_code": error_code, "error_message": message, "auth_bytes": auth_bytes,
             "session_lifetime_ms": lifetime_ms}
 
 
-def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
-    from .apis import CLOSE_CONNECTION, DEFERRED
+def handle_sasl_handshake(ctx: BrokerContext, request: Request) -> Result:
 
     body = request.body
     assert body is not None
@@ -52,7 +49,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
     mechanism = body["mechanism"]
     if session.state == SaslSession.AUTHENTICATE:
         log.info("broker %d: %s sent a second SaslHandshake during the SASL exchange; closing",
-                 apis.broker_id, request.peer)
+                 ctx.broker_id, request.peer)
         security.stats.add("failures")
         return CLOSE_CONNECTION
     reauthenticating = session.state == SaslSession.AUTHENTICATED
@@ -72,9 +69,9 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
                    f"authenticated with {session.mechanism}")
         mechanisms = list(security.mechanisms)
     if refusal is not None:
-        log.info("broker %d: SASL handshake from %s refused: %s", apis.broker_id, request.peer, refusal)
+        log.info("broker %d: SASL handshake from %s refused: %s", ctx.broker_id, request.peer, refusal)
         security.stats.add("failures")
-        apis.respond(request, {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": mechanisms},
+        ctx.respond(request, {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": mechanisms},
                      close_after_send=True)
         return DEFERRED
     session.server = sasl_server(mechanism, users=security.users, scram_iterations=security.scram_iterations)
@@ -85,8 +82,7 @@ def handle_sasl_handshake(apis: "KafkaApis", request: Request) -> "Result":
     return {"error_code": NO_ERROR, "mechanisms": list(security.mechanisms)}
 
 
-def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
-    from .apis import CLOSE_CONNECTION, DEFERRED
+def handle_sasl_authenticate(ctx: BrokerContext, request: Request) -> Result:
 
     body = request.body
     assert body is not None
@@ -98,7 +94,7 @@ def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
                               "SaslAuthenticate request received after successful authentication")
     security = session.security
     if session.state == SaslSession.HANDSHAKE or session.server is None:
-        log.info("broker %d: %s sent SaslAuthenticate before SaslHandshake; closing", apis.broker_id, request.peer)
+        log.info("broker %d: %s sent SaslAuthenticate before SaslHandshake; closing", ctx.broker_id, request.peer)
         security.stats.add("failures")
         return CLOSE_CONNECTION
     server = session.server
@@ -111,29 +107,29 @@ def handle_sasl_authenticate(apis: "KafkaApis", request: Request) -> "Result":
                              f"to User:{server.authorization_id}")
     except Exception as e:  # wrong credentials, a malformed token, an exchange out of order
         # the mechanism servers' messages name what failed, never the secret
-        log.info("broker %d: SASL %s %s of %s failed: %s", apis.broker_id, session.mechanism, during,
+        log.info("broker %d: SASL %s %s of %s failed: %s", ctx.broker_id, session.mechanism, during,
                  request.peer, e)
         security.stats.add("failures")
         session.server = None
         message = (f"Authentication failed during {during} due to invalid credentials with SASL mechanism "
                    f"{session.mechanism}")
-        apis.respond(request, _auth_response(SaslAuthenticationFailedError.code, message), close_after_send=True)
+        ctx.respond(request, _auth_response(SaslAuthenticationFailedError.code, message), close_after_send=True)
         return DEFERRED
     if not server.complete:
         return _auth_response(NO_ERROR, None, challenge)
     lifetime_ms = security.session_lifetime_ms
     if lifetime_ms > 0 and server.credential_expiry is not None:
         # KIP-368: never beyond the credential's own expiry (an OAUTHBEARER token's exp)
-        lifetime_ms = max(0, min(lifetime_ms, int((server.credential_expiry - time.time()) * 1000)))
+        lifetime_ms = max(0, min(lifetime_ms, int(server.credential_expiry * 1000) - security.clock.wall_ms()))
     session.principal = server.authorization_id
     session.server = None
     session.state = SaslSession.AUTHENTICATED
-    session.expires_at = time.monotonic() + lifetime_ms / 1000.0 if security.session_lifetime_ms > 0 else 0.0
+    session.expires_at_ms = security.clock.monotonic_ms() + lifetime_ms if security.session_lifetime_ms > 0 else 0.0
     security.stats.add("successes")
     if session.reauthenticating:
         security.stats.add("reauthentications")
     session.reauthenticating = False
     session.authenticated = True
-    log.debug("broker %d: %s authenticated as %s with SASL %s", apis.broker_id, request.peer,
+    log.debug("broker %d: %s authenticated as %s with SASL %s", ctx.broker_id, request.peer,
               session.principal, session.mechanism)
     return _auth_response(NO_ERROR, None, challenge, lifetime_ms)

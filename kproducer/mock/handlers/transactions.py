@@ -4,19 +4,17 @@ coordinator (FindCoordinator key type 1) and TxnOffsetCommit to the group's coor
 broker answers NOT_COORDINATOR."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from ..protocol.errors import NO_ERROR, InvalidRequestError, NotCoordinatorError, OperationNotAttemptedError
-from .request_channel import Request
+from ...protocol.errors import NO_ERROR, InvalidRequestError, NotCoordinatorError, OperationNotAttemptedError
+from ..context import BrokerContext
+from ..request_channel import Request
+from ..results import Body, Result
 
-if TYPE_CHECKING:
-    from .apis import KafkaApis, Result
-
-Body = Dict[str, Any]
 TopicPartition = Tuple[str, int]
 
 
-def handle_init_producer_id(apis: "KafkaApis", request: Request) -> "Result":
+def handle_init_producer_id(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     txn_id: Optional[str] = body["transactional_id"]
@@ -24,33 +22,33 @@ def handle_init_producer_id(apis: "KafkaApis", request: Request) -> "Result":
     def answer(error: int, pid: int = -1, epoch: int = -1) -> Body:
         return {"throttle_time_ms": 0, "error_code": error, "producer_id": pid, "producer_epoch": epoch}
 
-    injected = apis.faults.take_error("init_producer_id")
+    injected = ctx.faults.take_error("init_producer_id")
     if injected:
         return answer(injected)
     if txn_id is None:
-        return answer(NO_ERROR, apis.state.next_producer_id(), 0)
+        return answer(NO_ERROR, ctx.state.next_producer_id(), 0)
     if not txn_id:
         return answer(InvalidRequestError.code)
-    if not apis.is_coordinator(txn_id):
+    if not ctx.is_coordinator(txn_id):
         return answer(NotCoordinatorError.code)
-    error, pid, epoch = apis.txn.init_producer_id(
+    error, pid, epoch = ctx.txn.init_producer_id(
         txn_id, body["transaction_timeout_ms"], body["producer_id"], body["producer_epoch"], request.version
     )
     return answer(error, pid, epoch)
 
 
-def handle_add_partitions_to_txn(apis: "KafkaApis", request: Request) -> "Result":
+def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     wanted: List[TopicPartition] = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
-    injected = {tp: apis.faults.take_error("add_partitions_to_txn") for tp in wanted}
+    injected = {tp: ctx.faults.take_error("add_partitions_to_txn") for tp in wanted}
     codes: Dict[TopicPartition, int]
     if any(injected.values()):
         codes = {tp: code or OperationNotAttemptedError.code for tp, code in injected.items()}
-    elif not apis.is_coordinator(body["transactional_id"]):
+    elif not ctx.is_coordinator(body["transactional_id"]):
         codes = {tp: NotCoordinatorError.code for tp in wanted}
     else:
-        codes = apis.txn.add_partitions(
+        codes = ctx.txn.add_partitions(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], wanted, request.version
         )
     results: Dict[str, List[Body]] = {}
@@ -62,50 +60,50 @@ def handle_add_partitions_to_txn(apis: "KafkaApis", request: Request) -> "Result
     }
 
 
-def handle_add_offsets_to_txn(apis: "KafkaApis", request: Request) -> "Result":
+def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
-    error = apis.faults.take_error("add_offsets_to_txn")
+    error = ctx.faults.take_error("add_offsets_to_txn")
     if not error:
-        if not apis.is_coordinator(body["transactional_id"]):
+        if not ctx.is_coordinator(body["transactional_id"]):
             error = NotCoordinatorError.code
         else:
-            error = apis.txn.add_offsets(
+            error = ctx.txn.add_offsets(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"],
                 request.version,
             )
     return {"throttle_time_ms": 0, "error_code": error}
 
 
-def handle_end_txn(apis: "KafkaApis", request: Request) -> "Result":
+def handle_end_txn(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
-    error = apis.faults.take_error("end_txn")
+    error = ctx.faults.take_error("end_txn")
     if not error:
-        if not apis.is_coordinator(body["transactional_id"]):
+        if not ctx.is_coordinator(body["transactional_id"]):
             error = NotCoordinatorError.code
         else:
-            error = apis.txn.end_txn(
+            error = ctx.txn.end_txn(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"],
                 request.version,
             )
     return {"throttle_time_ms": 0, "error_code": error}
 
 
-def handle_txn_offset_commit(apis: "KafkaApis", request: Request) -> "Result":
+def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     offsets: Dict[TopicPartition, Tuple[int, Optional[str]]] = {}
     for t in body["topics"]:
         for p in t["partitions"]:
             offsets[(t["name"], p["partition_index"])] = (p["committed_offset"], p["committed_metadata"])
-    injected = {tp: apis.faults.take_error("txn_offset_commit") for tp in offsets}
+    injected = {tp: ctx.faults.take_error("txn_offset_commit") for tp in offsets}
     codes: Dict[TopicPartition, int] = {tp: code for tp, code in injected.items() if code}
     rest = {tp: value for tp, value in offsets.items() if tp not in codes}
-    if rest and not apis.is_coordinator(body["group_id"]):
+    if rest and not ctx.is_coordinator(body["group_id"]):
         codes.update({tp: NotCoordinatorError.code for tp in rest})
     elif rest:
-        codes.update(apis.txn.txn_offset_commit(
+        codes.update(ctx.txn.txn_offset_commit(
             body["transactional_id"], body["group_id"], body["producer_id"], body["producer_epoch"], rest,
             request.version,
         ))

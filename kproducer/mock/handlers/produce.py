@@ -6,10 +6,9 @@ epoch, then the batch is appended as raw bytes with its base offset rewritten.
 """
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import List, Optional
 
-from ..protocol.errors import (
+from ...protocol.errors import (
     NO_ERROR,
     CorruptMessageError,
     InvalidRecordError,
@@ -20,19 +19,27 @@ from ..protocol.errors import (
     ProtocolError,
     TransactionalIdAuthorizationFailedError,
 )
-from ..protocol.records import MAGIC, crc32c, read_batch_header, read_batches
-from .request_channel import Request
+from ...protocol.records import (
+    CRC_COVERAGE_OFFSET,
+    MAGIC,
+    MAGIC_OFFSET,
+    RecordDecodeError,
+    crc32c,
+    read_batch_header,
+    read_batches,
+)
+from ..context import BrokerContext
+from ..request_channel import Request
+from ..results import CLOSE_CONNECTION, NO_RESPONSE, Body, Result
 
-if TYPE_CHECKING:
-    from .apis import KafkaApis, Result
+#: acks=-1 (all in-sync replicas), 0 (no response), 1 (the leader)
+VALID_ACKS = (-1, 0, 1)
+NO_ACKS = 0
+#: the first Produce version whose NOT_LEADER_OR_FOLLOWER answers carry the new leader (KIP-951)
+LEADER_HINTS_VERSION = 10
 
-Body = Dict[str, Any]
-_RECORD_INDEX = re.compile(r"record (\d+)")
 
-
-def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
-    from .apis import CLOSE_CONNECTION, NO_RESPONSE
-
+def handle_produce(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     acks = body["acks"]
@@ -40,28 +47,28 @@ def handle_produce(apis: "KafkaApis", request: Request) -> "Result":
     responses = []
     any_error = False
     moved: List[int] = []
-    hints = request.version >= 10
+    hints = request.version >= LEADER_HINTS_VERSION
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
         parts = []
         for pd in topic_data["partition_data"]:
-            result = _produce_partition(apis, name, pd["index"], pd["records"], acks, transactional_id)
+            result = _produce_partition(ctx, name, pd["index"], pd["records"], acks, transactional_id)
             if result["error_code"]:
                 any_error = True
                 if result["error_code"] == NotLeaderOrFollowerError.code and hints:
                     # KIP-951 (v10+): where the partition's leader is now, and that broker's endpoint
-                    leader = apis.leader_info(apis.state.partition(name, pd["index"]))
+                    leader = ctx.leader_info(ctx.state.partition(name, pd["index"]))
                     result["current_leader"] = leader
                     if leader["leader_id"] >= 0:
                         moved.append(leader["leader_id"])
             parts.append(result)
         responses.append({"name": name, "partition_responses": parts})
-    if acks == 0:
+    if acks == NO_ACKS:
         # nothing is sent back; like Kafka, an error closes the connection so the client notices
         return CLOSE_CONNECTION if any_error else NO_RESPONSE
     response: Body = {"responses": responses, "throttle_time_ms": 0}
-    if moved and request.version >= 10:
-        response["node_endpoints"] = apis.node_endpoints(moved)
+    if moved and hints:
+        response["node_endpoints"] = ctx.node_endpoints(moved)
     return response
 
 
@@ -78,14 +85,14 @@ def _result(index: int, error: int, base_offset: int = -1, message: Optional[str
     }
 
 
-def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional[bytes], acks: int,
+def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optional[bytes], acks: int,
                        transactional_id: Optional[str]) -> Body:
-    if acks not in (-1, 0, 1):
+    if acks not in VALID_ACKS:
         return _result(index, InvalidRequiredAcksError.code, message=f"acks must be -1, 0 or 1, not {acks}")
-    injected = apis.faults.take_error("produce")
+    injected = ctx.faults.take_error("produce")
     if injected:
         return _result(index, injected, message="injected error")
-    error, p = apis.partition_error(topic, index)
+    error, p = ctx.partition_error(topic, index)
     if error:
         return _result(index, error)
     assert p is not None
@@ -94,17 +101,17 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
     try:
         header = read_batch_header(data, 0, verify_crc=False)
     except ProtocolError as e:
-        magic_problem = len(data) > 16 and data[16] != MAGIC
+        magic_problem = len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] != MAGIC
         return _result(index, InvalidRecordError.code if magic_problem else CorruptMessageError.code, message=str(e))
     if header.size != len(data):
         return _result(index, InvalidRecordError.code,
                        message="Produce v3+ must carry exactly one record batch per partition "
                                f"(batch of {header.size} bytes, {len(data) - header.size} bytes after it)")
-    if header.size > apis.config.max_message_bytes:
+    if header.size > ctx.config.max_message_bytes:
         return _result(index, MessageTooLargeError.code,
                        message=f"batch of {header.size} bytes exceeds max_message_bytes "
-                               f"{apis.config.max_message_bytes}")
-    if crc32c(memoryview(data)[21:]) != header.crc:
+                               f"{ctx.config.max_message_bytes}")
+    if crc32c(memoryview(data)[CRC_COVERAGE_OFFSET:]) != header.crc:
         return _result(index, CorruptMessageError.code, message="record batch CRC mismatch")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
         return _result(index, InvalidRecordError.code,
@@ -115,12 +122,12 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
     if header.is_transactional and transactional_id is None:
         return _result(index, TransactionalIdAuthorizationFailedError.code,
                        message="transactional records need a transactional id")
-    if apis.config.validate_records:
+    if ctx.config.validate_records:
         try:
             read_batches(data, verify_crc=False)
         except Exception as e:  # ProtocolError, or a codec error on a bad compressed section
-            found = _RECORD_INDEX.search(str(e))
-            batch_index = int(found.group(1)) if found else 0
+            # the record at fault when the error names one (Kafka's record_errors), else the first
+            batch_index = e.record_index if isinstance(e, RecordDecodeError) else 0
             return _result(index, InvalidRecordError.code, message=f"invalid record: {e}",
                            record_errors=[{"batch_index": batch_index, "batch_index_error_message": str(e)}])
     plog = p.log
@@ -136,5 +143,5 @@ def _produce_partition(apis: "KafkaApis", topic: str, index: int, data: Optional
                 return _result(index, InvalidTxnStateError.code,
                                message=f"partition {topic}-{index} is not part of producer {pid}'s transaction")
         base = plog.append(data, header, p.leader_epoch)
-    apis.state.notify_append(topic, index)
+    ctx.state.notify_append(topic, index)
     return _result(index, NO_ERROR, base)

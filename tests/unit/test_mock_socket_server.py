@@ -382,7 +382,7 @@ def test_injected_latency_follows_the_cluster_clock(stepped: Tuple[MockCluster, 
         return sum(len(p._delayed) for p in server.processors)
 
     with client(cluster) as c:
-        c.send(API_VERSIONS, 3, {})
+        c.send(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
         wait_until(lambda: held() == 1, "the response to be held back")
         clock.advance(199)
         assert held() == 1  # its time has not come on the cluster clock

@@ -21,7 +21,7 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "tp", "builder", "created_ms", "last_attempt_ms", "last_append_ms",
         "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
-        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done",
+        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
     )
@@ -45,9 +45,11 @@ class ProducerBatch:
         self.log_append_time = -1
         self.error: Optional[BaseException] = None
         self.thunks: Optional[List[Thunk]] = []
-        self._event = threading.Event()
+        # made only when someone waits (most batches complete unwaited: an Event costs a Condition and a lock)
+        self._event: Optional[threading.Event] = None
         self._lock = threading.Lock()
         self._done = False
+        self._settled = False  # done and every callback fired: wait() returns at once
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
@@ -221,7 +223,23 @@ class ProducerBatch:
         return self._done
 
     def wait(self, timeout: Optional[float]) -> bool:
-        return self._event.wait(timeout)
+        """Block until the batch is completed and its callbacks have run (or ``timeout`` seconds)."""
+        if self._settled:
+            return True
+        with self._lock:
+            if self._settled:
+                return True
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        return event.wait(timeout)
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._settled = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def add_thunk(self, callback: Callback, fut: FutureRecordMetadata) -> bool:
         """Register a callback; False when the batch is already done (the caller fires it)."""
@@ -245,7 +263,7 @@ class ProducerBatch:
         if thunks:
             for callback, fut in thunks:
                 fut.fire(callback, self)
-        self._event.set()
+        self._settle()
         return True
 
     def hand_over(self, parts: List[Tuple["ProducerBatch", int]]) -> None:
@@ -260,7 +278,7 @@ class ProducerBatch:
             fut._resolve()
             if not new_batch.add_thunk(callback, fut):
                 fut.fire(callback, new_batch)
-        self._event.set()
+        self._settle()
 
     def release(self) -> None:
         """Drop the record bytes of a completed batch (futures keep only offsets and sizes), so that

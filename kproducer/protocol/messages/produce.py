@@ -34,6 +34,11 @@ def _uvarint(n: int) -> bytes:
 _SMALL_UVARINTS = [bytes((i,)) for i in range(0x80)]
 
 
+def _is_flat(value: Any) -> bool:
+    items = value.values() if isinstance(value, dict) else value
+    return not any(isinstance(v, (list, dict)) for v in items)
+
+
 class _Fallback(Exception):
     """The fast path does not handle this message: use the generic codec."""
 
@@ -144,7 +149,10 @@ class ProduceApi(Api):
                                                                          "base_offset": 0}]}]}
             decoded = super().decode_response(version, super().encode_response(version, sample))
             part = decoded["responses"][0]["partition_responses"][0]
-            mutable = [k for k, v in part.items() if isinstance(v, (list, dict))]
+            # defaults made of lists and dicts are copied per decode (flat ones by a shallow copy)
+            mutable = [k for k, v in part.items() if isinstance(v, (list, dict))
+                       and k != "record_errors" or (k == "record_errors" and version < 8)]
+            assert all(_is_flat(part[k]) for k in mutable)
             cached = (part, mutable, decoded)
             self._fast_cache[key] = cached
         return cached
@@ -197,7 +205,7 @@ class ProduceApi(Api):
                 pos += part_size
                 d = part_defaults.copy()
                 for k in mutable:
-                    d[k] = _fresh(d[k])
+                    d[k] = d[k].copy()
                 d["index"], d["error_code"], d["base_offset"], d["log_append_time_ms"] = fields[:4]
                 if v5:
                     d["log_start_offset"] = fields[4]

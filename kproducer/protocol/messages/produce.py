@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, List, Tuple
 
-from ..schema import Api, Field, Struct, _fresh
+from ..schema import Api, Field, Struct
 
 # --------------------------------------------------------------------------------------------
 # Fast paths: one Produce request per drain and per broker, one response back -- the sender's per-batch
@@ -153,7 +153,9 @@ class ProduceApi(Api):
             mutable = [k for k, v in part.items() if isinstance(v, (list, dict))
                        and k != "record_errors" or (k == "record_errors" and version < 8)]
             assert all(_is_flat(part[k]) for k in mutable)
-            cached = (part, mutable, decoded)
+            top = {k: v for k, v in decoded.items() if k not in ("responses", "throttle_time_ms")}
+            assert all(_is_flat(v) for v in top.values() if isinstance(v, (list, dict)))
+            cached = (part, mutable, top)
             self._fast_cache[key] = cached
         return cached
 
@@ -240,7 +242,7 @@ class ProduceApi(Api):
             if flexible:
                 pos = tags(pos)
             responses.append({"name": name, "partition_responses": parts})
-        result = {k: _fresh(v) for k, v in top_defaults.items()}
+        result = {k: v.copy() if isinstance(v, (list, dict)) else v for k, v in top_defaults.items()}
         result["responses"] = responses
         result["throttle_time_ms"] = unpack_i32(data, pos)[0]
         pos += 4

@@ -2,9 +2,20 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+import struct
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
-from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from ..protocol.compression import CODEC_NONE
+from ..protocol.records import (
+    _BODY_HEADER,
+    _MIN_BATCH_LENGTH,
+    _PREFIX,
+    ATTR_TRANSACTIONAL,
+    MAGIC,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchBuilder,
+    crc32c,
+)
 from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
 
@@ -22,7 +33,7 @@ class ProducerBatch:
         "topic", "partition", "tp", "builder", "created_ms", "last_attempt_ms", "last_append_ms",
         "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
         "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
-        "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built",
+        "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
     )
 
@@ -55,6 +66,7 @@ class ProducerBatch:
         self.base_sequence = -1
         self.is_transactional = False
         self._built: Optional[bytes] = None
+        self._head: Optional[bytes] = None  # the 61-byte batch header of request_records() (this producer state)
         self.split_into: Optional[List[Tuple["ProducerBatch", int]]] = None
         self.reopened = False
         #: a compressed batch: the estimated compression ratio its size is judged by (0.0: not compressed)
@@ -174,6 +186,7 @@ class ProducerBatch:
             self.base_sequence = base_sequence
             self.is_transactional = is_transactional
             self._built = None
+            self._head = None
 
     @property
     def last_sequence(self) -> int:
@@ -195,6 +208,27 @@ class ProducerBatch:
                     sizing.estimator.observe(self.topic, sizing.codec, (len(built) - RECORD_BATCH_OVERHEAD) / raw,
                                              self.filled)
         return built
+
+    def request_records(self) -> Union[bytes, Tuple[bytes, memoryview]]:
+        """The batch for a produce request: for an uncompressed batch, its 61-byte header and a view of the
+        records encoded at append time, so that the only copy of the records is the request's (the bytes
+        are those of :meth:`records`); else :meth:`records`. The batch is closed for appends."""
+        builder = self.builder
+        if builder.compression != CODEC_NONE or self._built is not None or self.sizing is not None:
+            return self.records()
+        buf = builder._buf
+        head = self._head
+        if head is None:
+            count = builder.record_count
+            try:
+                body_header = _BODY_HEADER.pack(
+                    ATTR_TRANSACTIONAL if self.is_transactional else 0, count - 1, builder.first_timestamp,
+                    builder.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, count)
+            except struct.error:
+                return self.records()  # out-of-range producer state: build() says what is wrong
+            crc = crc32c(buf, crc32c(body_header))
+            head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + len(buf), -1, MAGIC, crc) + body_header
+        return head, memoryview(buf)
 
     # -- retries and expiry ------------------------------------------------------------------
 
@@ -285,6 +319,7 @@ class ProducerBatch:
         completed batches a caller still references do not hold on to the payloads."""
         if self._done:
             self._built = None
+            self._head = None
             self.builder.release()
 
     def __repr__(self) -> str:

@@ -454,7 +454,7 @@ class Sender(threading.Thread):
         by_topic: Dict[str, List[Dict[str, Any]]] = {}
         by_tp: Dict[TopicPartition, ProducerBatch] = {}
         for b in batches:
-            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.records()})
+            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.request_records()})
             by_tp[b.tp] = b
         body = {
             "transactional_id": self.txn.transactional_id if self.txn is not None else None,

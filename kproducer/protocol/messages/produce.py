@@ -39,6 +39,24 @@ def _is_flat(value: Any) -> bool:
     return not any(isinstance(v, (list, dict)) for v in items)
 
 
+def _join_record_parts(body: Dict[str, Any]) -> Dict[str, Any]:
+    """``body`` with every records value given in parts (a tuple) joined into bytes, for the schema codec."""
+    topics = body.get("topic_data")
+    if type(topics) is not list or not any(
+            type(t) is dict and type(t.get("partition_data")) is list
+            and any(type(pd) is dict and type(pd.get("records")) is tuple for pd in t["partition_data"])
+            for t in topics):
+        return body
+    joined = []
+    for t in topics:
+        if type(t) is dict and type(t.get("partition_data")) is list:
+            t = {**t, "partition_data": [
+                {**pd, "records": b"".join(pd["records"])} if type(pd) is dict and type(pd.get("records")) is tuple
+                else pd for pd in t["partition_data"]]}
+        joined.append(t)
+    return {**body, "topic_data": joined}
+
+
 class _Fallback(Exception):
     """The fast path does not handle this message: use the generic codec."""
 
@@ -56,7 +74,7 @@ class ProduceApi(Api):
         try:
             return b"".join(self._encode_request_parts(version, body))
         except _Fallback:
-            return super().encode_request(version, body)
+            return super().encode_request(version, _join_record_parts(body))
 
     def _encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         """The request body as a list of byte strings (the records as given: bytes or memoryviews of the
@@ -112,6 +130,22 @@ class ProduceApi(Api):
                 append(_I32.pack(index))
                 if records is None:
                     append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+                elif type(records) is tuple:  # a batch in parts (header, view of its records): not copied here
+                    n = 0
+                    for piece in records:
+                        if type(piece) is memoryview:
+                            n += piece.nbytes
+                        elif type(piece) is bytes or type(piece) is bytearray:
+                            n += len(piece)
+                        else:
+                            raise _Fallback
+                    if flexible:
+                        append(_uvarint(n + 1))
+                    else:
+                        if n > 2**31 - 1:
+                            raise _Fallback
+                        append(_I32.pack(n))
+                    parts.extend(records)
                 elif type(records) is bytes or type(records) is memoryview or type(records) is bytearray:
                     n = len(records) if type(records) is not memoryview else records.nbytes
                     if flexible:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import struct
+import sys
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from ..protocol.compression import CODEC_NONE
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .compression_ratio import BatchSizing
 
 Header = Tuple[str, Optional[bytes]]
+_TRIM_SLACK = 512
 Thunk = Tuple[Callback, FutureRecordMetadata]
 
 
@@ -170,7 +172,16 @@ class ProducerBatch:
         return out
 
     def close_for_appends(self) -> None:
+        """No more appends. The records' bytearray is trimmed to their size when it grew more than
+        ``_TRIM_SLACK`` bytes beyond them (a bytearray over-allocates by up to ~1/8 as it grows, memory that
+        buffer.memory does not count): one copy of the batch, so that queued batches hold what they reserved."""
+        if self.closed:
+            return
         self.closed = True
+        builder = self.builder
+        buf = builder._buf
+        if sys.getsizeof(buf) - len(buf) > _TRIM_SLACK:
+            builder._buf = bytearray(buf)
 
     # -- producer state (idempotence) --------------------------------------------------------
 

@@ -245,3 +245,19 @@ def test_request_records_of_a_compressed_batch_are_its_built_bytes() -> None:
     b = ProducerBatch("t", 0, RecordBatchBuilder(1000, compression=1), 1000.0)
     b.try_append(1, None, b"v" * 50, None, None, 1000.0)
     assert b.request_records() == b.records()
+
+
+def test_closing_a_batch_trims_its_buffer_and_keeps_its_bytes() -> None:
+    import sys
+
+    b = new_batch(capacity=16384)
+    while b.try_append(1, None, b"v" * 10, None, None, 1000.0) is not None:
+        pass
+    before = b.records()
+    b._built = None
+    b.close_for_appends()
+    buf = b.builder._buf
+    assert sys.getsizeof(buf) - len(buf) <= 512
+    parts = b.request_records()
+    assert isinstance(parts, tuple) and b"".join(parts) == before
+    assert b.records() == before

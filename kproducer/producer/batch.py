@@ -2,9 +2,21 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+import struct
+import sys
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
-from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from ..protocol.compression import CODEC_NONE
+from ..protocol.records import (
+    _BODY_HEADER,
+    _MIN_BATCH_LENGTH,
+    _PREFIX,
+    ATTR_TRANSACTIONAL,
+    MAGIC,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchBuilder,
+    crc32c,
+)
 from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
 
@@ -12,6 +24,7 @@ if TYPE_CHECKING:
     from .compression_ratio import BatchSizing
 
 Header = Tuple[str, Optional[bytes]]
+_TRIM_SLACK = 512
 Thunk = Tuple[Callback, FutureRecordMetadata]
 
 
@@ -21,8 +34,8 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "tp", "builder", "created_ms", "last_attempt_ms", "last_append_ms",
         "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
-        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done",
-        "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built",
+        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
+        "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
     )
 
@@ -45,14 +58,17 @@ class ProducerBatch:
         self.log_append_time = -1
         self.error: Optional[BaseException] = None
         self.thunks: Optional[List[Thunk]] = []
-        self._event = threading.Event()
+        # made only when someone waits (most batches complete unwaited: an Event costs a Condition and a lock)
+        self._event: Optional[threading.Event] = None
         self._lock = threading.Lock()
         self._done = False
+        self._settled = False  # done and every callback fired: wait() returns at once
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
         self.is_transactional = False
         self._built: Optional[bytes] = None
+        self._head: Optional[bytes] = None  # the 61-byte batch header of request_records() (this producer state)
         self.split_into: Optional[List[Tuple["ProducerBatch", int]]] = None
         self.reopened = False
         #: a compressed batch: the estimated compression ratio its size is judged by (0.0: not compressed)
@@ -156,7 +172,16 @@ class ProducerBatch:
         return out
 
     def close_for_appends(self) -> None:
+        """No more appends. The records' bytearray is trimmed to their size when it grew more than
+        ``_TRIM_SLACK`` bytes beyond them (a bytearray over-allocates by up to ~1/8 as it grows, memory that
+        buffer.memory does not count): one copy of the batch, so that queued batches hold what they reserved."""
+        if self.closed:
+            return
         self.closed = True
+        builder = self.builder
+        buf = builder._buf
+        if sys.getsizeof(buf) - len(buf) > _TRIM_SLACK:
+            builder._buf = bytearray(buf)
 
     # -- producer state (idempotence) --------------------------------------------------------
 
@@ -172,6 +197,7 @@ class ProducerBatch:
             self.base_sequence = base_sequence
             self.is_transactional = is_transactional
             self._built = None
+            self._head = None
 
     @property
     def last_sequence(self) -> int:
@@ -193,6 +219,27 @@ class ProducerBatch:
                     sizing.estimator.observe(self.topic, sizing.codec, (len(built) - RECORD_BATCH_OVERHEAD) / raw,
                                              self.filled)
         return built
+
+    def request_records(self) -> Union[bytes, Tuple[bytes, memoryview]]:
+        """The batch for a produce request: for an uncompressed batch, its 61-byte header and a view of the
+        records encoded at append time, so that the only copy of the records is the request's (the bytes
+        are those of :meth:`records`); else :meth:`records`. The batch is closed for appends."""
+        builder = self.builder
+        if builder.compression != CODEC_NONE or self._built is not None or self.sizing is not None:
+            return self.records()
+        buf = builder._buf
+        head = self._head
+        if head is None:
+            count = builder.record_count
+            try:
+                body_header = _BODY_HEADER.pack(
+                    ATTR_TRANSACTIONAL if self.is_transactional else 0, count - 1, builder.first_timestamp,
+                    builder.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, count)
+            except struct.error:
+                return self.records()  # out-of-range producer state: build() says what is wrong
+            crc = crc32c(buf, crc32c(body_header))
+            head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + len(buf), -1, MAGIC, crc) + body_header
+        return head, memoryview(buf)
 
     # -- retries and expiry ------------------------------------------------------------------
 
@@ -221,7 +268,23 @@ class ProducerBatch:
         return self._done
 
     def wait(self, timeout: Optional[float]) -> bool:
-        return self._event.wait(timeout)
+        """Block until the batch is completed and its callbacks have run (or ``timeout`` seconds)."""
+        if self._settled:
+            return True
+        with self._lock:
+            if self._settled:
+                return True
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        return event.wait(timeout)
+
+    def _settle(self) -> None:
+        with self._lock:
+            self._settled = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def add_thunk(self, callback: Callback, fut: FutureRecordMetadata) -> bool:
         """Register a callback; False when the batch is already done (the caller fires it)."""
@@ -245,7 +308,7 @@ class ProducerBatch:
         if thunks:
             for callback, fut in thunks:
                 fut.fire(callback, self)
-        self._event.set()
+        self._settle()
         return True
 
     def hand_over(self, parts: List[Tuple["ProducerBatch", int]]) -> None:
@@ -260,13 +323,14 @@ class ProducerBatch:
             fut._resolve()
             if not new_batch.add_thunk(callback, fut):
                 fut.fire(callback, new_batch)
-        self._event.set()
+        self._settle()
 
     def release(self) -> None:
         """Drop the record bytes of a completed batch (futures keep only offsets and sizes), so that
         completed batches a caller still references do not hold on to the payloads."""
         if self._done:
             self._built = None
+            self._head = None
             self.builder.release()
 
     def __repr__(self) -> str:

@@ -454,7 +454,7 @@ class Sender(threading.Thread):
         by_topic: Dict[str, List[Dict[str, Any]]] = {}
         by_tp: Dict[TopicPartition, ProducerBatch] = {}
         for b in batches:
-            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.records()})
+            by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.request_records()})
             by_tp[b.tp] = b
         body = {
             "transactional_id": self.txn.transactional_id if self.txn is not None else None,
@@ -484,6 +484,7 @@ class Sender(threading.Thread):
                                              resp.body.get("throttle_time_ms") or 0)
         seen = set()
         hints: Dict[TopicPartition, Tuple[int, int]] = {}
+        acked_records = acked_bytes = 0
         for topic in resp.body["responses"]:
             name = topic["name"]
             for p in topic["partition_responses"]:
@@ -494,6 +495,12 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 b = found
+                if p["error_code"] == NO_ERROR:  # the common case, kept short (as _complete_batch's success)
+                    acked = self._complete_acked(b, p["base_offset"], p["log_append_time_ms"])
+                    if acked:
+                        acked_records += b.record_count
+                        acked_bytes += acked
+                    continue
                 if p["error_code"] in _LEADER_HINT_ERRORS:
                     hint = p.get("current_leader")
                     if hint and hint["leader_id"] >= 0 and hint["leader_epoch"] >= 0:
@@ -505,10 +512,13 @@ class Sender(threading.Thread):
                     continue
                 self._complete_batch(b, p["error_code"], p["base_offset"], p["log_append_time_ms"],
                                      p["log_start_offset"], msg, now)
-        for tp, b in batches.items():
-            if tp not in seen:
-                self._complete_batch(b, NetworkError.code, -1, -1, -1,
-                                     "the broker's produce response left this partition out", now)
+        if acked_records:
+            self.metrics.record_success(acked_records, acked_bytes)
+        if len(seen) != len(batches):
+            for tp, b in batches.items():
+                if tp not in seen:
+                    self._complete_batch(b, NetworkError.code, -1, -1, -1,
+                                         "the broker's produce response left this partition out", now)
         if hints:
             self._apply_leader_hints(resp.request.node_id, hints, resp.body.get("node_endpoints") or [], batches)
 
@@ -603,6 +613,27 @@ class Sender(threading.Thread):
         if batch.done(base_offset, log_append_time, None):
             self.metrics.record_success(batch.record_count, batch.estimated_size())
         self.accumulator.deallocate(batch)
+
+    def _complete_acked(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> int:
+        """:meth:`_complete_batch` for a batch the broker wrote (no error): returns its size when this
+        completed it (the caller records the successes of a response at once), 0 when it was done already."""
+        if self.guarantee_message_order:
+            self.accumulator.unmute(batch.tp)
+        in_flight = self._in_flight_batches.get(batch.tp)
+        if in_flight:
+            if in_flight[0] is batch:
+                del in_flight[0]
+            else:
+                try:
+                    in_flight.remove(batch)
+                except ValueError:
+                    pass
+        txn = self.txn
+        if txn is not None:
+            txn.handle_completed_batch(batch, base_offset)
+        size = batch.estimated_size() if batch.done(base_offset, log_append_time, None) else 0
+        self.accumulator.deallocate(batch)
+        return size
 
     def _can_retry(self, batch: ProducerBatch, exc: KafkaError, log_start_offset: int, now: float) -> bool:
         if batch.is_done() or batch.attempts >= self.retries:

@@ -222,3 +222,43 @@ def test_release_drops_the_payload_of_a_completed_batch_only() -> None:
     # futures still answer from the offsets, not the payload
     md = futs[49].get(0)  # type: ignore[union-attr]
     assert md is not None and md.offset == 149 and md.serialized_value_size == 1000
+
+
+@pytest.mark.parametrize("state", [(-1, -1, -1, False), (4000, 0, 0, False), (4000, 3, 2**31 - 5, True)])
+def test_request_records_are_the_built_batch_in_parts(state: Tuple[int, int, int, bool]) -> None:
+    b = new_batch(capacity=4000)
+    for i in range(20):
+        assert b.try_append(1_700_000_000_000 + i * 7, b"k%d" % i if i % 3 else None, b"v" * i,
+                            [("h", b"x")] if i % 5 == 0 else None, None, 1000.0) is not None
+    b.close_for_appends()
+    b.set_producer_state(*state)
+    parts = b.request_records()
+    assert isinstance(parts, tuple) and isinstance(parts[1], memoryview)
+    assert b"".join(parts) == b.builder.build(*state) == b.records()
+    assert b.estimated_size() == len(b"".join(parts))
+    # a new producer state (an epoch bump before a retry) makes a new header over the same records
+    b.set_producer_state(4001, 0, 7, state[3])
+    again = b.request_records()
+    assert b"".join(again) == b.builder.build(4001, 0, 7, state[3])
+
+
+def test_request_records_of_a_compressed_batch_are_its_built_bytes() -> None:
+    b = ProducerBatch("t", 0, RecordBatchBuilder(1000, compression=1), 1000.0)
+    b.try_append(1, None, b"v" * 50, None, None, 1000.0)
+    assert b.request_records() == b.records()
+
+
+def test_closing_a_batch_trims_its_buffer_and_keeps_its_bytes() -> None:
+    import sys
+
+    b = new_batch(capacity=16384)
+    while b.try_append(1, None, b"v" * 10, None, None, 1000.0) is not None:
+        pass
+    before = b.records()
+    b._built = None
+    b.close_for_appends()
+    buf = b.builder._buf
+    assert sys.getsizeof(buf) - len(buf) <= 512
+    parts = b.request_records()
+    assert isinstance(parts, tuple) and b"".join(parts) == before
+    assert b.records() == before

@@ -47,3 +47,7 @@ ABORT_MARKER  # tests/integration/test_transactions_property_mock.py: named besi
 
 # tests/spark/spark_standalone.py: read by hand when a standalone-cluster test fails (debug aid)
 _.executor_logs
+
+# benchmarks/conftest.py: pytest hooks, called by name
+pytest_configure
+_.benchmark_enable

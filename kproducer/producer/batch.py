@@ -1,9 +1,9 @@
 """ProducerBatch: the records bound for one partition, sent and acknowledged together."""
 from __future__ import annotations
 
-import threading
 import struct
 import sys
+import threading
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from ..protocol.compression import CODEC_NONE

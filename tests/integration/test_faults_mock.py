@@ -525,7 +525,10 @@ def test_leader_move_keeps_unacknowledged_batches_in_the_duplicate_window(cluste
             later.append(sent.send(producer, b"later-%d" % i, partition=0))
             assert sent.futures[later[-1]].exception(WAIT) is None
         later += [sent.send(producer, b"later-%d" % i, partition=0) for i in (4, 5)]
-        time.sleep(0.2)
+        # the sender has had its chances to send them: it refreshed metadata (every 100 ms) three more times
+        seen = cluster.request_counts["metadata"]
+        wait_until(lambda: cluster.request_counts["metadata"] >= seen + 3, what="three metadata refreshes")
+        assert cluster.high_watermark(TOPIC, 0) == 6, "only warm-0, X and the four later batches were written"
         assert not sent.futures[x].done()
         assert not sent.futures[later[4]].done(), "a 5th later batch would push X out of the window"
         cluster.drop_connections(1)  # X's answer is lost; X is retried on broker 2

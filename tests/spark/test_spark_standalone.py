@@ -21,10 +21,14 @@ from collections import Counter
 from typing import Any, Callable, Dict, Iterator, Tuple
 
 import pytest
-from spark_standalone import StandaloneCluster, StandaloneError, run_driver  # tests/spark/spark_standalone.py
 
 from kproducer.mock import MockCluster
 from kproducer.spark._sink import transactional_id
+from tests.spark.spark_standalone import (  # tests/spark/spark_standalone.py
+    StandaloneCluster,
+    StandaloneError,
+    run_driver,
+)
 
 pytestmark = [
     pytest.mark.spark,

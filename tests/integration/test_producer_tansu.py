@@ -129,7 +129,9 @@ def test_100k_records_byte_exact(tansu: Any, new_topic: Any) -> None:
         sent.append((key, value, _headers(i, seq), ts))
 
     t0 = time.monotonic()
-    with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as producer:
+    # one request in flight: tansu sometimes fails a request pipelined behind another to the same partition
+    # with UNKNOWN_SERVER_ERROR (docs/design.md, tansu's quirks); pipelining is tested in test_idempotence_tansu
+    with Producer(bootstrap_servers=tansu.bootstrap, linger_ms=5, max_in_flight_requests_per_connection=1) as producer:
         futures = [producer.send(topic, value=v, key=k, headers=h or None, timestamp_ms=ts,
                                  callback=callbacks.make(i))
                    for i, (k, v, h, ts) in enumerate(sent)]

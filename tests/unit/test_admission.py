@@ -15,7 +15,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 import pytest
 
 from kproducer import Producer
-from kproducer.clock import SYSTEM_CLOCK
 from kproducer.errors import (
     InvalidTopicError,
     KafkaTimeoutError,
@@ -25,20 +24,17 @@ from kproducer.errors import (
     TopicAuthorizationFailedError,
     TransactionError,
 )
-from kproducer.producer import kafka_producer
 from kproducer.producer.admission import BOUND_EXTRA, FUTURE_ERRORS, RECORD_OVERHEAD, RecordAdmission, record_size
 from kproducer.producer.partitioner import murmur2, partition_for_key
 from kproducer.protocol import messages as m
-from tests.unit.scripted import ScriptedSelector
+from tests.unit.producer_env import ProducerEnv, producer_env
 
-BROKERS = {1: ("broker1", 9092)}
 MAX_REQUEST = 4000
 
 
-class Env:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.selector = ScriptedSelector(SYSTEM_CLOCK, BROKERS, {"t": [1, 1, 1], "secret": [1]},  # type: ignore[arg-type]
-                                         real_wait=True)
+class Env(ProducerEnv):
+    def __init__(self) -> None:
+        super().__init__({"t": [1, 1, 1], "secret": [1]})
         default = self.selector.handlers[m.METADATA.key]
 
         def metadata(req: Any) -> Any:
@@ -49,26 +45,20 @@ class Env:
             return body
 
         self.selector.handlers[m.METADATA.key] = metadata
-        monkeypatch.setattr(kafka_producer, "Selector", lambda *a, **k: self.selector)
-        self.producers: List[Producer] = []
 
     def producer(self, block_ms: int = 30_000, **settings: Any) -> Producer:
         settings.setdefault("bootstrap_servers", "broker1:9092")
         settings.setdefault("linger_ms", 60_000)  # nothing leaves unless a test flushes
         settings.setdefault("max_request_size", MAX_REQUEST)
-        p = Producer(**settings)
-        self.producers.append(p)
+        p = super().producer(**settings)
         p.partitions_for("t", timeout=5)
         p._max_block_ms = int(block_ms)  # metadata is known now: a case that expects a wait to time out makes it short
         return p
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
-    e = Env(monkeypatch)
-    yield e
-    for p in e.producers:
-        p.close(timeout=0)
+def env() -> Iterator[Env]:
+    yield from producer_env(Env())
 
 
 def _boom(value: Any) -> bytes:

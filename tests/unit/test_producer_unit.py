@@ -10,8 +10,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
 
-from kproducer import Producer, RecordMetadata
-from kproducer.clock import SYSTEM_CLOCK
+from kproducer import RecordMetadata
 from kproducer.errors import (
     BufferExhaustedError,
     KafkaTimeoutError,
@@ -19,37 +18,23 @@ from kproducer.errors import (
     ProducerClosedError,
     SerializationError,
 )
-from kproducer.producer import kafka_producer
 from kproducer.producer.partitioner import partition_for_key
 from kproducer.protocol import messages as m
-from tests.unit.scripted import HOLD, ScriptedSelector
+from tests.unit.producer_env import ProducerEnv, producer_env
+from tests.unit.scripted import HOLD
 
 BROKERS = {1: ("broker1", 9092), 2: ("broker2", 9093)}
 Result = Tuple[Optional[RecordMetadata], Optional[BaseException]]
 
 
-class Env:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.selector = ScriptedSelector(SYSTEM_CLOCK, BROKERS, {"t": [1, 1, 1], "six": [1] * 6, "far": [2, 2]},
-                                         real_wait=True)  # type: ignore[arg-type]
-        monkeypatch.setattr(kafka_producer, "Selector", lambda *a, **k: self.selector)
-        self.producers: List[Producer] = []
-
-    def producer(self, **settings: Any) -> Producer:
-        settings.setdefault("bootstrap_servers", "broker1:9092")
-        settings.setdefault("linger_ms", 0)
-        p = Producer(**settings)
-        self.producers.append(p)
-        return p
+class Env(ProducerEnv):
+    def __init__(self) -> None:
+        super().__init__({"t": [1, 1, 1], "six": [1] * 6, "far": [2, 2]}, BROKERS)
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
-    e = Env(monkeypatch)
-    yield e
-    for p in e.producers:
-        p.close(timeout=0)
-        assert not p._sender.is_alive()
+def env() -> Iterator[Env]:
+    yield from producer_env(Env())
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:

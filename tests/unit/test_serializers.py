@@ -8,31 +8,18 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
 
-from kproducer import Producer
-from kproducer.clock import SYSTEM_CLOCK
 from kproducer.config import ProducerConfig
 from kproducer.errors import ConfigError, SerializationError
-from kproducer.producer import kafka_producer
 from kproducer.protocol import messages as m
 from kproducer.serialization import JsonSerializer, StringSerializer
-from tests.unit.scripted import ScriptedSelector
+from tests.unit.producer_env import ProducerEnv, producer_env
 
-BROKERS = {1: ("broker1", 9092)}
 Header = Tuple[str, Optional[bytes]]
 
 
-class Env:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.selector = ScriptedSelector(SYSTEM_CLOCK, BROKERS, {"t": [1]}, real_wait=True)  # type: ignore[arg-type]
-        monkeypatch.setattr(kafka_producer, "Selector", lambda *a, **k: self.selector)
-        self.producers: List[Producer] = []
-
-    def producer(self, **settings: Any) -> Producer:
-        settings.setdefault("bootstrap_servers", "broker1:9092")
-        settings.setdefault("linger_ms", 0)
-        p = Producer(**settings)
-        self.producers.append(p)
-        return p
+class Env(ProducerEnv):
+    def __init__(self) -> None:
+        super().__init__({"t": [1]})
 
     def stored(self) -> List[Tuple[Optional[bytes], Optional[bytes], List[Header]]]:
         """(key, value, headers) of every record the broker received, in order."""
@@ -44,11 +31,8 @@ class Env:
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
-    e = Env(monkeypatch)
-    yield e
-    for p in e.producers:
-        p.close(timeout=0)
+def env() -> Iterator[Env]:
+    yield from producer_env(Env())
 
 
 class SchemaIdSerializer:

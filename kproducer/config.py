@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
 from .protocol.sasl import SUPPORTED_MECHANISMS
-from .serialization import check_serializer, load_object
+from .serialization import check_serializer, instantiate, load_object
 
 log = logging.getLogger(__name__)
 
@@ -491,10 +491,7 @@ def _check_partitioner(name: str, v: Any) -> Any:
             return None
         v = load_object(dotted, name, _PARTITIONER_WHAT)
     elif isinstance(v, type) and callable(getattr(v, "partition", None)):
-        try:  # a Partitioner class rather than an instance, as Java configures it
-            v = v()
-        except Exception as e:
-            raise ConfigError(f"{name}: {v.__name__} could not be instantiated without arguments: {e}") from None
+        v = instantiate(v, name)  # a Partitioner class rather than an instance, as Java configures it
     if v is None or callable(getattr(v, "partition", None)) or callable(v):
         return v
     raise ConfigError(f"{name} must be {_PARTITIONER_WHAT}, got a {type(v).__name__}")
@@ -511,10 +508,7 @@ def _check_interceptors(name: str, v: Any) -> Optional[Tuple[Any, ...]]:
         if isinstance(item, str):
             item = load_object(item, name, "a list of interceptors or their dotted class names")
         elif isinstance(item, type):
-            try:
-                item = item()
-            except Exception as e:
-                raise ConfigError(f"{name}: {item.__name__} could not be instantiated without arguments: {e}") from None
+            item = instantiate(item, name)
         if not (callable(getattr(item, "on_send", None)) or callable(getattr(item, "on_acknowledgement", None))):
             raise ConfigError(f"{name}: {type(item).__name__} has neither on_send(record) nor "
                               "on_acknowledgement(metadata, exception)")

@@ -92,12 +92,16 @@ def load_object(name: str, setting: str, what: str) -> Any:
         obj = getattr(module, attr)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"{setting} must be {what}; {name!r} could not be imported: {e}") from None
-    if isinstance(obj, type):
-        try:
-            obj = obj()
-        except Exception as e:
-            raise ConfigError(f"{setting}: {name} could not be instantiated without arguments: {e}") from None
-    return obj
+    return instantiate(obj, setting) if isinstance(obj, type) else obj
+
+
+def instantiate(cls: type, setting: str) -> Any:
+    """A plug-in class given where an instance is expected (as Java configures serializers, partitioners and
+    interceptors by class): made without arguments; ConfigError naming the setting when that fails."""
+    try:
+        return cls()
+    except Exception as e:
+        raise ConfigError(f"{setting}: {cls.__name__} could not be instantiated without arguments: {e}") from None
 
 
 _SERIALIZER_WHAT = ("callable(value) -> bytes, an object with serialize(topic, value, headers), 'str', 'json', "
@@ -115,10 +119,7 @@ def check_serializer(setting: str, spec: Any) -> Any:
             return SHORTCUTS[name.lower()]()
         spec = load_object(name, setting, _SERIALIZER_WHAT)
     elif isinstance(spec, type) and callable(getattr(spec, "serialize", None)):
-        try:  # a Serializer class rather than an instance, as Java configures it
-            spec = spec()
-        except Exception as e:
-            raise ConfigError(f"{setting}: {spec.__name__} could not be instantiated without arguments: {e}") from None
+        spec = instantiate(spec, setting)  # a Serializer class rather than an instance, as Java configures it
     if callable(getattr(spec, "serialize", None)) or callable(spec):
         return spec
     raise ConfigError(f"{setting} must be {_SERIALIZER_WHAT}, got a {type(spec).__name__}")

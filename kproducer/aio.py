@@ -29,6 +29,7 @@ import logging
 from collections import deque
 from functools import partial
 from time import perf_counter as _perf_counter
+from time import time as _wall
 from types import TracebackType
 from typing import (
     Any,
@@ -48,7 +49,8 @@ from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata
-from .producer.kafka_producer import HeaderInput, Producer
+from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
+from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,10 @@ DELIVER_CHUNK = 1024
 #: lets the event loop poll its selector, which hands the GIL to the network thread for a while.
 YIELD_AFTER_S = 0.002
 YIELD_EVERY = 4096
+#: staged records (send()'s fast path) appended at once at the latest
+STAGE_MAX = 1024
+_RECORD_OVERHEAD = RECORD_OVERHEAD
+_BOUND_EXTRA = BOUND_EXTRA
 
 _tuple_new = tuple.__new__
 _STRIDE = 5  # items per record in AsyncProducer._pending lists
@@ -110,6 +116,16 @@ class AsyncProducer:
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_block_ms = cfg.max_block_ms
         self._serializing = cfg.key_serializer is not None or cfg.value_serializer is not None
+        adm = self._adm = p._admission
+        # send()'s fast path (staged records) is for plain records of a non-transactional producer
+        self._plain = adm.plain and adm.txn is None
+        self._max_request = adm.max_request_size
+        self._system_clock = p._system_clock
+        self._staged: Dict[Tuple[str, int], List[Any]] = {}
+        self._runs: List[List[Any]] = []
+        self._staged_need = 0
+        self._staged_count = 0
+        self._flush_scheduled = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
@@ -188,6 +204,7 @@ class AsyncProducer:
         """Send everything queued and wait (in a worker thread, the loop runs on) until it is acknowledged or
         failed, and until the records' futures are resolved on the loop. KafkaTimeoutError after
         ``timeout`` seconds."""
+        self._flush_staged()
         await self._in_thread(self._producer.flush, timeout)
         await self._delivered()
 
@@ -201,9 +218,11 @@ class AsyncProducer:
             self._bind()
         except RuntimeError:
             # closed from another loop: do it without delivering to ours
+            self._flush_staged()
             self._producer.close(timeout)
             self._shutdown_executor()
             return
+        self._flush_staged()
         if self._space is not None:
             self._space.set()  # sends waiting for buffer space see the producer closed
         try:
@@ -215,6 +234,7 @@ class AsyncProducer:
 
     async def _delivered(self) -> None:
         """Wait until every batch completed so far has its futures resolved (delivery runs in chunks)."""
+        self._flush_staged()
         while self._done:
             if not self._scheduled:
                 self._deliver()
@@ -241,6 +261,73 @@ class AsyncProducer:
             self._sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # The fast path (a plain record: bytes/None key and value, no headers, nothing configured that a record
+        # must go through, not transactional): the same checks as the synchronous send()'s fast path, then the
+        # record is staged and appended with the other records staged in this loop iteration (one append_many
+        # per partition) -- see _stage / _flush_staged. Anything else takes the synchronous send().
+        if self._plain and not headers and (value is None or type(value) is bytes) \
+                and (key is None or type(key) is bytes):
+            p = self._producer
+            cluster = self._metadata.cluster
+            count = cluster.partition_counts.get(topic)
+            if count is not None and not p._closed and p._sender.fatal_error is None:
+                size = _RECORD_OVERHEAD + (0 if value is None else len(value)) + (0 if key is None else len(key))
+                if timestamp_ms is None:
+                    ts = int(_wall() * 1000) if self._system_clock else p._wall_ms()
+                elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                    ts = timestamp_ms
+                else:
+                    ts = -1  # (a bad timestamp: the synchronous send() says what is wrong with it)
+                if ts >= 0 and size + _BOUND_EXTRA <= self._max_request:
+                    adm = self._adm
+                    sticky = None
+                    if partition is not None:
+                        part = partition if type(partition) is int and 0 <= partition < count else -1
+                    elif key is not None and not adm.ignore_keys:
+                        h = adm.hash_cache.get(key)
+                        if h is None:
+                            h = key_hash_miss(adm.hash_cache, key)
+                        part = h % count
+                    else:
+                        # uniform sticky (KIP-794), as the synchronous send()
+                        sticky = adm.sticky.state.get(topic)
+                        if sticky is None or sticky[0] >= count:
+                            sticky = adm.sticky.current(topic, cluster.available.get(topic, ()), count)
+                        part = sticky[0]
+                    if part >= 0:
+                        tp = (topic, part)
+                        run = self._staged.get(tp)
+                        need = self._staged_need + 2 * (size + _BOUND_EXTRA)
+                        if run is None:
+                            need += self._batch_size
+                        pool = self._pool
+                        if not pool._waiters and pool._available >= need:
+                            af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
+                            self._staged_need = need
+                            if run is None or run[0] != ts:
+                                run = self._new_run(loop, tp, ts)
+                            run[1].append(key)
+                            run[2].append(value)
+                            run[3].append(af)
+                            if sticky is not None:
+                                sticky[1] += size
+                                if sticky[1] >= sticky[2]:
+                                    sticky[0] = adm.sticky.next_partition(cluster.available.get(topic, ()), count,
+                                                                          sticky[0])
+                                    sticky[1] = 0
+                                    sticky[2] = adm.sticky.limit(topic)
+                            self._staged_count += 1
+                            if self._staged_count >= STAGE_MAX:
+                                self._flush_staged()
+                            return af
+        return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
+
+    async def _send_one(self, loop: asyncio.AbstractEventLoop, topic: str, value: Any, key: Any,
+                        partition: Optional[int], timestamp_ms: Optional[int],
+                        headers: Optional[HeaderInput]) -> "asyncio.Future[RecordMetadata]":
+        """send() of one record through the synchronous send(), after the staged records (their order)."""
+        if self._staged_count:
+            self._flush_staged()
         # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
         # pool's lock: only other threads' appends could lower it between this check and the append)
         count = self._metadata.cluster.partition_counts.get(topic)
@@ -250,6 +337,8 @@ class AsyncProducer:
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(loop, failed)
+            if self._staged_count:  # (other tasks staged records meanwhile)
+                self._flush_staged()
         sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
         af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
         # (_watch, inlined)
@@ -260,6 +349,78 @@ class AsyncProducer:
         else:
             self._watch(b, sf, af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
         return af
+
+    # -- staged records (send()'s fast path) -------------------------------------------------------
+    # self._staged[(topic, partition)] is the partition's current run: [timestamp, keys, values, futures];
+    # self._runs holds every run in the order they were started (a partition's runs in its records' order; a
+    # new run starts when the timestamp changes). _flush_staged appends each run with one append_many() and
+    # registers its futures; it runs at the end of the loop iteration that staged the first record (one
+    # call_soon), when STAGE_MAX records are staged, and before anything that must see them queued (a send()
+    # that takes the synchronous path, send_batch, flush, close, the transaction calls).
+    # self._staged_need bounds the buffer memory the staged records can take (twice their bytes plus a batch
+    # per partition): a record is staged only when the pool has that much free, so the append never waits.
+
+    def _new_run(self, loop: asyncio.AbstractEventLoop, tp: Tuple[str, int], ts: int) -> List[Any]:
+        run: List[Any] = [ts, [], [], [], tp]
+        self._staged[tp] = run
+        self._runs.append(run)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_staged)
+        return run
+
+    def _flush_staged(self) -> None:
+        """Append the staged records (on the loop; never waits for memory, see above)."""
+        self._flush_scheduled = False
+        runs = self._runs
+        if not runs:
+            return
+        self._runs = []
+        self._staged = {}
+        self._staged_need = 0
+        self._staged_count = 0
+        p = self._producer
+        acc = p._accumulator
+        now = p._monotonic_ms()
+        touched = p._topic_touched
+        pending = self._pending
+        max_block = self._max_block_ms
+        wake = False
+        last_topic = None
+        for ts, keys, values, afs, tp in runs:
+            topic = tp[0]
+            if topic is not last_topic:
+                last_topic = topic
+                if now - touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
+                    touched[topic] = now
+                    self._metadata.add_topic(topic)
+            segments: List[Any] = []
+            n = len(values)
+            try:
+                if acc.append_many(topic, tp[1], ts, keys, values, None, range(n), max_block, now, segments):
+                    wake = True
+            except Exception as e:  # closed meanwhile (or out of memory after all): these records fail
+                done = sum(seg[2] for seg in segments)
+                log.debug("async send() could not queue %d records: %s", n - done, e)
+                for af in afs[done:]:
+                    if not af.done():
+                        af.set_exception(e)
+            for batch, first, count, idxs in segments:
+                lst = pending.get(batch)
+                new = lst is None
+                if new:
+                    lst = pending[batch] = []
+                delta = first
+                for i in idxs:
+                    k = keys[i]
+                    v = values[i]
+                    lst += (afs[i], delta, ts, -1 if k is None else len(k), -1 if v is None else len(v))
+                    delta += 1
+                if new and batch not in self._groups and not batch.add_thunk(partial(self._batch_done, batch),
+                                                                                _FirstRecord(batch)):
+                    self._batch_done(batch, None, None)  # (already complete)
+        if wake:
+            p._wakeup()
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
@@ -385,6 +546,7 @@ class AsyncProducer:
         loop = self._bind()
         if self._closed:
             raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+        self._flush_staged()
         bf: BatchSendFuture = await asyncio.shield(loop.run_in_executor(
             self._executor, partial(self._producer.send_batch, topic, values, keys, headers, partition,
                                     timestamp_ms)))
@@ -531,10 +693,12 @@ class AsyncProducer:
     async def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it (in a worker thread); then waits until the records'
         futures are resolved on the loop."""
+        self._flush_staged()
         await self._in_thread(self._producer.commit_transaction, timeout)
         await self._delivered()
 
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        self._flush_staged()
         await self._in_thread(self._producer.abort_transaction, timeout)
         await self._delivered()
 

@@ -132,6 +132,8 @@ class AsyncProducer:
         # record futures waiting for their batch (see _watch)
         self._pending: Dict[Any, List[Any]] = {}
         self._groups: Dict[Any, List[_BatchGroup]] = {}
+        # staged records' futures waiting for their batch, per append segment (see _flush_staged)
+        self._segs: Dict[Any, List[List[Any]]] = {}
         # batches completed on the network thread, not yet delivered on the loop
         self._done: Deque[Any] = deque()
         self._scheduled = False
@@ -383,7 +385,7 @@ class AsyncProducer:
         acc = p._accumulator
         now = p._monotonic_ms()
         touched = p._topic_touched
-        pending = self._pending
+        segs_by_batch = self._segs
         max_block = self._max_block_ms
         wake = False
         last_topic = None
@@ -406,18 +408,14 @@ class AsyncProducer:
                     if not af.done():
                         af.set_exception(e)
             for batch, first, count, idxs in segments:
-                lst = pending.get(batch)
-                new = lst is None
-                if new:
-                    lst = pending[batch] = []
-                delta = first
-                for i in idxs:
-                    k = keys[i]
-                    v = values[i]
-                    lst += (afs[i], delta, ts, -1 if k is None else len(k), -1 if v is None else len(v))
-                    delta += 1
-                if new and batch not in self._groups and not batch.add_thunk(partial(self._batch_done, batch),
-                                                                                _FirstRecord(batch)):
+                seg = [afs, keys, values, idxs.start, count, first, ts]
+                lst = segs_by_batch.get(batch)
+                if lst is not None:
+                    lst.append(seg)
+                    continue
+                segs_by_batch[batch] = [seg]
+                if batch not in self._pending and batch not in self._groups \
+                        and not batch.add_thunk(partial(self._batch_done, batch), _FirstRecord(batch)):
                     self._batch_done(batch, None, None)  # (already complete)
         if wake:
             p._wakeup()
@@ -573,7 +571,7 @@ class AsyncProducer:
             lst += (af, delta, timestamp, key_size, value_size)
             return
         self._pending[b] = [af, delta, timestamp, key_size, value_size]
-        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), thunk_future):
+        if b not in self._groups and b not in self._segs and not b.add_thunk(partial(self._batch_done, b), thunk_future):
             self._batch_done(b, None, None)  # (already complete)
 
     def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
@@ -582,7 +580,8 @@ class AsyncProducer:
             groups.append(group)
             return
         self._groups[b] = [group]
-        if b not in self._pending and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
+        if b not in self._pending and b not in self._segs \
+                and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
             self._batch_done(b, None, None)
 
     def _batch_done(self, batch: Any, _metadata: Any, _error: Any) -> None:
@@ -601,28 +600,79 @@ class AsyncProducer:
         """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
         self._scheduled = False
         self.delivery_callbacks += 1
-        budget = _STRIDE * DELIVER_CHUNK
-        done, pending = self._done, self._pending
+        budget = DELIVER_CHUNK
+        done, pending, segs_by_batch = self._done, self._pending, self._segs
         while budget > 0:
             try:
                 batch = done.popleft()
             except IndexError:
                 return
-            groups = self._groups.pop(batch, None)
             entries = pending.pop(batch, None)
             if entries:
-                if len(entries) > budget:
-                    pending[batch] = entries[budget:]
-                    entries = entries[:budget]
+                if len(entries) > _STRIDE * budget:
+                    pending[batch] = entries[_STRIDE * budget:]
+                    entries = entries[:_STRIDE * budget]
                     done.appendleft(batch)
-                budget -= len(entries)
+                    self._resolve(batch, entries)
+                    break
+                budget -= len(entries) // _STRIDE
                 self._resolve(batch, entries)
+            segs = segs_by_batch.pop(batch, None)
+            if segs:
+                budget = self._resolve_segments(batch, segs, budget)
+                if segs:  # (out of budget: the rest next time)
+                    segs_by_batch[batch] = segs
+                    done.appendleft(batch)
+                    break
+            groups = self._groups.pop(batch, None)
             if groups:
                 for group in groups:
                     self._group_batch_done(group)
         if done:
             self._scheduled = True
             self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
+
+    def _resolve_segments(self, batch: Any, segs: List[List[Any]], budget: int) -> int:
+        """Resolve staged records of ``batch`` (segments ``[futures, keys, values, start, count, first delta,
+        timestamp]``), at most ``budget``; resolved segments are removed from ``segs`` (a partly resolved one
+        is shortened). Returns the budget left."""
+        if batch.split_into is not None or batch.error is not None:
+            # (rare: a failed or split batch) through the per-record path
+            while segs and budget > 0:
+                afs, keys, values, start, count, first, ts = segs.pop(0)
+                entries: List[Any] = []
+                for j in range(count):
+                    k, v = keys[start + j], values[start + j]
+                    entries += (afs[start + j], first + j, ts, -1 if k is None else len(k), -1 if v is None else len(v))
+                self._resolve(batch, entries)
+                budget -= count
+            return budget
+        topic, part, base = batch.topic, batch.partition, batch.base_offset
+        append_time = batch.log_append_time
+        while segs and budget > 0:
+            seg = segs[0]
+            afs, keys, values, start, count, first, ts = seg
+            if count > budget:
+                seg[3], seg[4], seg[5] = start + budget, count - budget, first + budget
+                count = budget
+            else:
+                segs.pop(0)
+            budget -= count
+            if append_time >= 0:
+                ts = append_time
+            offset = base + first if base >= 0 else -1
+            for i in range(start, start + count):
+                af = afs[i]
+                k = keys[i]
+                v = values[i]
+                try:
+                    af.set_result(_tuple_new(RecordMetadata, (
+                        topic, part, offset, ts, -1 if k is None else len(k), -1 if v is None else len(v))))
+                except InvalidStateError:
+                    pass  # cancelled by its owner: the record was sent all the same
+                if offset >= 0:
+                    offset += 1
+        return budget
 
     def _resolve(self, batch: Any, entries: List[Any]) -> None:
         afs, deltas, timestamps = entries[0::_STRIDE], entries[1::_STRIDE], entries[2::_STRIDE]

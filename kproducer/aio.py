@@ -47,9 +47,9 @@ from typing import (
 
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
+from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata
-from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.records import RecordBatchBuilder
 
@@ -67,6 +67,7 @@ YIELD_EVERY = 4096
 STAGE_MAX = 1024
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
+_NEVER = 1 << 62  # (a size no record passes)
 
 _tuple_new = tuple.__new__
 _STRIDE = 5  # items per record in AsyncProducer._pending lists
@@ -121,7 +122,9 @@ class AsyncProducer:
         self._plain = adm.plain and adm.txn is None
         self._max_request = adm.max_request_size
         self._system_clock = p._system_clock
-        self._staged: Dict[Tuple[str, int], List[Any]] = {}
+        self._staged: Dict[Tuple[str, int], List[Any]] = {}  # (topic, partition) -> its current run
+        self._keyless_run: Optional[List[Any]] = None  # the current keyless run (of one topic)
+        self._ignore_keys = adm.ignore_keys
         self._runs: List[List[Any]] = []
         self._staged_need = 0
         self._staged_count = 0
@@ -258,71 +261,100 @@ class AsyncProducer:
             loop = self._bind()
         if self._closed:
             raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-        self._sends += 1
-        if _perf_counter() >= self._next_yield or self._sends >= YIELD_EVERY:
+        sends = self._sends = self._sends + 1
+        if not sends & 31 and (sends >= YIELD_EVERY or _perf_counter() >= self._next_yield):
             self._sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
         # The fast path (a plain record: bytes/None key and value, no headers, nothing configured that a record
-        # must go through, not transactional): the same checks as the synchronous send()'s fast path, then the
-        # record is staged and appended with the other records staged in this loop iteration (one append_many
-        # per partition) -- see _stage / _flush_staged. Anything else takes the synchronous send().
-        if self._plain and not headers and (value is None or type(value) is bytes) \
-                and (key is None or type(key) is bytes):
+        # must go through, not transactional): the synchronous send()'s checks, then the record is staged and
+        # appended with the others staged in this loop iteration (see _flush_staged). Anything else, and
+        # whatever the checks do not pass, goes through the synchronous send() (which raises or fails the future).
+        if (value is None or type(value) is bytes) and not headers and self._plain:
+            count = self._metadata.cluster.partition_counts.get(topic)
             p = self._producer
-            cluster = self._metadata.cluster
-            count = cluster.partition_counts.get(topic)
             if count is not None and not p._closed and p._sender.fatal_error is None:
-                size = _RECORD_OVERHEAD + (0 if value is None else len(value)) + (0 if key is None else len(key))
                 if timestamp_ms is None:
                     ts = int(_wall() * 1000) if self._system_clock else p._wall_ms()
                 elif type(timestamp_ms) is int and timestamp_ms >= 0:
                     ts = timestamp_ms
                 else:
                     ts = -1  # (a bad timestamp: the synchronous send() says what is wrong with it)
+                size = _RECORD_OVERHEAD + (0 if value is None else len(value))
+                if key is not None:
+                    size = size + len(key) if type(key) is bytes else _NEVER
                 if ts >= 0 and size + _BOUND_EXTRA <= self._max_request:
-                    adm = self._adm
-                    sticky = None
-                    if partition is not None:
-                        part = partition if type(partition) is int and 0 <= partition < count else -1
-                    elif key is not None and not adm.ignore_keys:
-                        h = adm.hash_cache.get(key)
-                        if h is None:
-                            h = key_hash_miss(adm.hash_cache, key)
-                        part = h % count
+                    need = self._staged_need + 2 * (size + _BOUND_EXTRA)
+                    if partition is None and (key is None or self._ignore_keys):
+                        # uniform sticky: the partitions are chosen when the run is appended (as send_batch)
+                        run = self._keyless_run
+                        if run is None or run[4] is not topic or run[0] != ts:
+                            run = self._keyless(loop, topic, ts, need)
+                            if run is not None:
+                                need = self._staged_need
                     else:
-                        # uniform sticky (KIP-794), as the synchronous send()
-                        sticky = adm.sticky.state.get(topic)
-                        if sticky is None or sticky[0] >= count:
-                            sticky = adm.sticky.current(topic, cluster.available.get(topic, ()), count)
-                        part = sticky[0]
-                    if part >= 0:
-                        tp = (topic, part)
-                        run = self._staged.get(tp)
-                        need = self._staged_need + 2 * (size + _BOUND_EXTRA)
-                        if run is None:
-                            need += self._batch_size
+                        run = self._partition_run(loop, topic, key, partition, count, ts, need)
+                        if run is not None:
+                            need = self._staged_need
+                    if run is not None:
                         pool = self._pool
                         if not pool._waiters and pool._available >= need:
-                            af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
                             self._staged_need = need
-                            if run is None or run[0] != ts:
-                                run = self._new_run(loop, tp, ts)
+                            af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
                             run[1].append(key)
                             run[2].append(value)
                             run[3].append(af)
-                            if sticky is not None:
-                                sticky[1] += size
-                                if sticky[1] >= sticky[2]:
-                                    sticky[0] = adm.sticky.next_partition(cluster.available.get(topic, ()), count,
-                                                                          sticky[0])
-                                    sticky[1] = 0
-                                    sticky[2] = adm.sticky.limit(topic)
                             self._staged_count += 1
                             if self._staged_count >= STAGE_MAX:
                                 self._flush_staged()
                             return af
         return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
+
+    def _keyless(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, need: int) -> Optional[List[Any]]:
+        """A new keyless run for ``topic`` (None when the pool cannot take it: send() then waits). Later
+        records of the topic for a given partition go to new runs (after this one)."""
+        need += 2 * self._batch_size  # (its records may open batches on two partitions)
+        pool = self._pool
+        if pool._waiters or pool._available < need:
+            return None
+        staged = self._staged
+        if staged:
+            for tp in [tp for tp in staged if tp[0] == topic]:
+                del staged[tp]
+        self._staged_need = need
+        run = self._keyless_run = self._new_run(loop, topic, ts, True)
+        return run
+
+    def _partition_run(self, loop: asyncio.AbstractEventLoop, topic: str, key: Optional[bytes],
+                       partition: Optional[int], count: int, ts: int, need: int) -> Optional[List[Any]]:
+        """The run of the record's partition (explicit, or murmur2 of the key as the synchronous send());
+        None when the partition is not a valid one (the synchronous send() says why) or the pool cannot take
+        a new run."""
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < count:
+                return None
+            part = partition
+        else:
+            assert key is not None
+            cache = self._adm.hash_cache
+            h = cache.get(key)
+            if h is None:
+                h = key_hash_miss(cache, key)
+            part = h % count
+        tp = (topic, part)
+        run = self._staged.get(tp)
+        if run is not None and run[0] == ts:
+            return run
+        need += self._batch_size
+        pool = self._pool
+        if pool._waiters or pool._available < need:
+            return None
+        run = self._keyless_run
+        if run is not None and run[4] is topic:
+            self._keyless_run = None  # (later keyless records of the topic go after this one)
+        self._staged_need = need
+        run = self._staged[tp] = self._new_run(loop, topic, ts, part)
+        return run
 
     async def _send_one(self, loop: asyncio.AbstractEventLoop, topic: str, value: Any, key: Any,
                         partition: Optional[int], timestamp_ms: Optional[int],
@@ -362,9 +394,9 @@ class AsyncProducer:
     # self._staged_need bounds the buffer memory the staged records can take (twice their bytes plus a batch
     # per partition): a record is staged only when the pool has that much free, so the append never waits.
 
-    def _new_run(self, loop: asyncio.AbstractEventLoop, tp: Tuple[str, int], ts: int) -> List[Any]:
-        run: List[Any] = [ts, [], [], [], tp]
-        self._staged[tp] = run
+    def _new_run(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, part: Any) -> List[Any]:
+        """A run: ``[timestamp, keys, values, futures, topic, partition (True: keyless)]``."""
+        run: List[Any] = [ts, [], [], [], topic, part]
         self._runs.append(run)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -379,36 +411,46 @@ class AsyncProducer:
             return
         self._runs = []
         self._staged = {}
+        self._keyless_run = None
         self._staged_need = 0
         self._staged_count = 0
         p = self._producer
         acc = p._accumulator
         now = p._monotonic_ms()
         touched = p._topic_touched
-        segs_by_batch = self._segs
         max_block = self._max_block_ms
         wake = False
         last_topic = None
-        for ts, keys, values, afs, tp in runs:
-            topic = tp[0]
+        for ts, keys, values, afs, topic, part in runs:
             if topic is not last_topic:
                 last_topic = topic
                 if now - touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
                     touched[topic] = now
                     self._metadata.add_topic(topic)
-            segments: List[Any] = []
             n = len(values)
+            ks = None if keys.count(None) == n else keys
+            segments: List[Any] = []
             try:
-                if acc.append_many(topic, tp[1], ts, keys, values, None, range(n), max_block, now, segments):
+                if part is True:
+                    # keyless: batch-sized runs of partitions, as the synchronous send()'s sticky choice
+                    try:
+                        sizes: List[int] = [_RECORD_OVERHEAD + len(v) for v in values]
+                    except TypeError:  # (None values)
+                        sizes = [_RECORD_OVERHEAD + (0 if v is None else len(v)) for v in values]
+                    if ks is not None:
+                        sizes = [sz + (0 if k is None else len(k)) for sz, k in zip(sizes, ks)]
+                    cluster = self._metadata.cluster
+                    count = cluster.partition_counts.get(topic) or 1
+                    for pt, a, b in self._adm.sticky.runs(topic, sizes, cluster.available.get(topic, ()), count):
+                        if acc.append_many(topic, pt, ts, ks, values, None, range(a, b), max_block, now, segments):
+                            wake = True
+                elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):
                     wake = True
-            except Exception as e:  # closed meanwhile (or out of memory after all): these records fail
-                done = sum(seg[2] for seg in segments)
-                log.debug("async send() could not queue %d records: %s", n - done, e)
-                for af in afs[done:]:
-                    if not af.done():
-                        af.set_exception(e)
-            for batch, first, count, idxs in segments:
-                seg = [afs, keys, values, idxs.start, count, first, ts]
+            except Exception as e:  # closed meanwhile (or out of memory after all): the rest fail
+                self._fail_unqueued(afs, segments, e)
+            segs_by_batch = self._segs
+            for batch, first, cnt, idxs in segments:
+                seg = [afs, keys, values, idxs.start, cnt, first, ts]
                 lst = segs_by_batch.get(batch)
                 if lst is not None:
                     lst.append(seg)
@@ -419,6 +461,14 @@ class AsyncProducer:
                     self._batch_done(batch, None, None)  # (already complete)
         if wake:
             p._wakeup()
+
+    @staticmethod
+    def _fail_unqueued(afs: List[Any], segments: List[Any], error: BaseException) -> None:
+        queued = {i for seg in segments for i in seg[3]}
+        log.debug("async send() could not queue %d records: %s", len(afs) - len(queued), error)
+        for i, af in enumerate(afs):
+            if i not in queued and not af.done():
+                af.set_exception(error)
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator

@@ -856,4 +856,4 @@ def _metadata(batch: Any, delta: int, timestamp: int, key_size: int, value_size:
                           batch.log_append_time if batch.log_append_time >= 0 else timestamp, key_size, value_size)
 
 
-__all__ = ["AsyncProducer", "DELIVER_CHUNK", "YIELD_EVERY"]
+__all__ = ["AsyncProducer", "DELIVER_CHUNK", "STAGE_MAX", "YIELD_EVERY"]

@@ -412,3 +412,34 @@ def test_staged_records_of_a_failed_batch_fail(cluster: MockCluster) -> None:
             assert all(isinstance(r, KafkaError) for r in results), results[:3]
 
     asyncio.run(main())
+
+
+def test_keyless_keyed_and_explicit_partition_records_are_stored_in_send_order(cluster: MockCluster) -> None:
+    """Keyless records are staged per topic and get their partitions when appended; records with a key or
+    an explicit partition are staged per partition. Interleaved, every partition stores its records in the
+    order they were sent, and the futures report where each one went."""
+    n = 6000
+
+    async def main() -> List[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5, batch_size=2048) as p:
+            futs = []
+            for i in range(n):
+                value = b"%05d" % i
+                kind = (i // 7) % 3  # runs of each kind, then switching
+                if kind == 0:
+                    futs.append(await p.send(TOPIC, value))
+                elif kind == 1:
+                    futs.append(await p.send(TOPIC, value, partition=i % PARTITIONS))
+                else:
+                    futs.append(await p.send(TOPIC, value, key=b"k%d" % (i % 10)))
+            return [await f for f in futs]
+
+    metas = asyncio.run(main())
+    for part in range(PARTITIONS):
+        stored = [int(r.value) for r in cluster.records(TOPIC, part)]
+        assert stored == sorted(stored)
+        assert stored == [i for i, m in sorted(enumerate(metas), key=lambda im: im[1].offset) if m.partition == part]
+    assert sum(cluster.high_watermark(TOPIC, part) for part in range(PARTITIONS)) == n
+    assert len({m.partition for m in metas[0:7]}) == 1  # (a keyless run stays on one partition)
+    # keyless records move on to another partition after about batch.size bytes (uniform sticky)
+    assert len({m.partition for i, m in enumerate(metas) if (i // 7) % 3 == 0}) > 1

@@ -29,6 +29,7 @@ import logging
 from collections import deque
 from functools import partial
 from time import perf_counter as _perf_counter
+from time import time as _wall
 from types import TracebackType
 from typing import (
     Any,
@@ -46,9 +47,10 @@ from typing import (
 
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
+from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata
-from .producer.kafka_producer import HeaderInput, Producer
+from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,11 @@ DELIVER_CHUNK = 1024
 #: lets the event loop poll its selector, which hands the GIL to the network thread for a while.
 YIELD_AFTER_S = 0.002
 YIELD_EVERY = 4096
+#: staged records (send()'s fast path) appended at once at the latest
+STAGE_MAX = 1024
+_RECORD_OVERHEAD = RECORD_OVERHEAD
+_BOUND_EXTRA = BOUND_EXTRA
+_NEVER = 1 << 62  # (a size no record passes)
 
 _tuple_new = tuple.__new__
 _STRIDE = 5  # items per record in AsyncProducer._pending lists
@@ -110,12 +117,26 @@ class AsyncProducer:
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_block_ms = cfg.max_block_ms
         self._serializing = cfg.key_serializer is not None or cfg.value_serializer is not None
+        adm = self._adm = p._admission
+        # send()'s fast path (staged records) is for plain records of a non-transactional producer
+        self._plain = adm.plain and adm.txn is None
+        self._max_request = adm.max_request_size
+        self._system_clock = p._system_clock
+        self._staged: Dict[Tuple[str, int], List[Any]] = {}  # (topic, partition) -> its current run
+        self._keyless_run: Optional[List[Any]] = None  # the current keyless run (of one topic)
+        self._ignore_keys = adm.ignore_keys
+        self._runs: List[List[Any]] = []
+        self._staged_need = 0
+        self._staged_count = 0
+        self._flush_scheduled = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
         # record futures waiting for their batch (see _watch)
         self._pending: Dict[Any, List[Any]] = {}
         self._groups: Dict[Any, List[_BatchGroup]] = {}
+        # staged records' futures waiting for their batch, per append segment (see _flush_staged)
+        self._segs: Dict[Any, List[List[Any]]] = {}
         # batches completed on the network thread, not yet delivered on the loop
         self._done: Deque[Any] = deque()
         self._scheduled = False
@@ -188,6 +209,7 @@ class AsyncProducer:
         """Send everything queued and wait (in a worker thread, the loop runs on) until it is acknowledged or
         failed, and until the records' futures are resolved on the loop. KafkaTimeoutError after
         ``timeout`` seconds."""
+        self._flush_staged()
         await self._in_thread(self._producer.flush, timeout)
         await self._delivered()
 
@@ -201,9 +223,11 @@ class AsyncProducer:
             self._bind()
         except RuntimeError:
             # closed from another loop: do it without delivering to ours
+            self._flush_staged()
             self._producer.close(timeout)
             self._shutdown_executor()
             return
+        self._flush_staged()
         if self._space is not None:
             self._space.set()  # sends waiting for buffer space see the producer closed
         try:
@@ -215,6 +239,7 @@ class AsyncProducer:
 
     async def _delivered(self) -> None:
         """Wait until every batch completed so far has its futures resolved (delivery runs in chunks)."""
+        self._flush_staged()
         while self._done:
             if not self._scheduled:
                 self._deliver()
@@ -236,11 +261,107 @@ class AsyncProducer:
             loop = self._bind()
         if self._closed:
             raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-        self._sends += 1
-        if _perf_counter() >= self._next_yield or self._sends >= YIELD_EVERY:
+        sends = self._sends = self._sends + 1
+        if not sends & 31 and (sends >= YIELD_EVERY or _perf_counter() >= self._next_yield):
             self._sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # The fast path (a plain record: bytes/None key and value, no headers, nothing configured that a record
+        # must go through, not transactional): the synchronous send()'s checks, then the record is staged and
+        # appended with the others staged in this loop iteration (see _flush_staged). Anything else, and
+        # whatever the checks do not pass, goes through the synchronous send() (which raises or fails the future).
+        if (value is None or type(value) is bytes) and not headers and self._plain:
+            count = self._metadata.cluster.partition_counts.get(topic)
+            p = self._producer
+            if count is not None and not p._closed and p._sender.fatal_error is None:
+                if timestamp_ms is None:
+                    ts = int(_wall() * 1000) if self._system_clock else p._wall_ms()
+                elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                    ts = timestamp_ms
+                else:
+                    ts = -1  # (a bad timestamp: the synchronous send() says what is wrong with it)
+                size = _RECORD_OVERHEAD + (0 if value is None else len(value))
+                if key is not None:
+                    size = size + len(key) if type(key) is bytes else _NEVER
+                if ts >= 0 and size + _BOUND_EXTRA <= self._max_request:
+                    need = self._staged_need + 2 * (size + _BOUND_EXTRA)
+                    if partition is None and (key is None or self._ignore_keys):
+                        # uniform sticky: the partitions are chosen when the run is appended (as send_batch)
+                        run = self._keyless_run
+                        if run is None or run[4] is not topic or run[0] != ts:
+                            run = self._keyless(loop, topic, ts, need)
+                            if run is not None:
+                                need = self._staged_need
+                    else:
+                        run = self._partition_run(loop, topic, key, partition, count, ts, need)
+                        if run is not None:
+                            need = self._staged_need
+                    if run is not None:
+                        pool = self._pool
+                        if not pool._waiters and pool._available >= need:
+                            self._staged_need = need
+                            af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
+                            run[1].append(key)
+                            run[2].append(value)
+                            run[3].append(af)
+                            self._staged_count += 1
+                            if self._staged_count >= STAGE_MAX:
+                                self._flush_staged()
+                            return af
+        return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
+
+    def _keyless(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, need: int) -> Optional[List[Any]]:
+        """A new keyless run for ``topic`` (None when the pool cannot take it: send() then waits). Later
+        records of the topic for a given partition go to new runs (after this one)."""
+        need += 2 * self._batch_size  # (its records may open batches on two partitions)
+        pool = self._pool
+        if pool._waiters or pool._available < need:
+            return None
+        staged = self._staged
+        if staged:
+            for tp in [tp for tp in staged if tp[0] == topic]:
+                del staged[tp]
+        self._staged_need = need
+        run = self._keyless_run = self._new_run(loop, topic, ts, True)
+        return run
+
+    def _partition_run(self, loop: asyncio.AbstractEventLoop, topic: str, key: Optional[bytes],
+                       partition: Optional[int], count: int, ts: int, need: int) -> Optional[List[Any]]:
+        """The run of the record's partition (explicit, or murmur2 of the key as the synchronous send());
+        None when the partition is not a valid one (the synchronous send() says why) or the pool cannot take
+        a new run."""
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < count:
+                return None
+            part = partition
+        else:
+            assert key is not None
+            cache = self._adm.hash_cache
+            h = cache.get(key)
+            if h is None:
+                h = key_hash_miss(cache, key)
+            part = h % count
+        tp = (topic, part)
+        run = self._staged.get(tp)
+        if run is not None and run[0] == ts:
+            return run
+        need += self._batch_size
+        pool = self._pool
+        if pool._waiters or pool._available < need:
+            return None
+        run = self._keyless_run
+        if run is not None and run[4] is topic:
+            self._keyless_run = None  # (later keyless records of the topic go after this one)
+        self._staged_need = need
+        run = self._staged[tp] = self._new_run(loop, topic, ts, part)
+        return run
+
+    async def _send_one(self, loop: asyncio.AbstractEventLoop, topic: str, value: Any, key: Any,
+                        partition: Optional[int], timestamp_ms: Optional[int],
+                        headers: Optional[HeaderInput]) -> "asyncio.Future[RecordMetadata]":
+        """send() of one record through the synchronous send(), after the staged records (their order)."""
+        if self._staged_count:
+            self._flush_staged()
         # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
         # pool's lock: only other threads' appends could lower it between this check and the append)
         count = self._metadata.cluster.partition_counts.get(topic)
@@ -250,6 +371,8 @@ class AsyncProducer:
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(loop, failed)
+            if self._staged_count:  # (other tasks staged records meanwhile)
+                self._flush_staged()
         sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
         af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
         # (_watch, inlined)
@@ -260,6 +383,92 @@ class AsyncProducer:
         else:
             self._watch(b, sf, af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
         return af
+
+    # -- staged records (send()'s fast path) -------------------------------------------------------
+    # self._staged[(topic, partition)] is the partition's current run: [timestamp, keys, values, futures];
+    # self._runs holds every run in the order they were started (a partition's runs in its records' order; a
+    # new run starts when the timestamp changes). _flush_staged appends each run with one append_many() and
+    # registers its futures; it runs at the end of the loop iteration that staged the first record (one
+    # call_soon), when STAGE_MAX records are staged, and before anything that must see them queued (a send()
+    # that takes the synchronous path, send_batch, flush, close, the transaction calls).
+    # self._staged_need bounds the buffer memory the staged records can take (twice their bytes plus a batch
+    # per partition): a record is staged only when the pool has that much free, so the append never waits.
+
+    def _new_run(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, part: Any) -> List[Any]:
+        """A run: ``[timestamp, keys, values, futures, topic, partition (True: keyless)]``."""
+        run: List[Any] = [ts, [], [], [], topic, part]
+        self._runs.append(run)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_staged)
+        return run
+
+    def _flush_staged(self) -> None:
+        """Append the staged records (on the loop; never waits for memory, see above)."""
+        self._flush_scheduled = False
+        runs = self._runs
+        if not runs:
+            return
+        self._runs = []
+        self._staged = {}
+        self._keyless_run = None
+        self._staged_need = 0
+        self._staged_count = 0
+        p = self._producer
+        acc = p._accumulator
+        now = p._monotonic_ms()
+        touched = p._topic_touched
+        max_block = self._max_block_ms
+        wake = False
+        last_topic = None
+        for ts, keys, values, afs, topic, part in runs:
+            if topic is not last_topic:
+                last_topic = topic
+                if now - touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
+                    touched[topic] = now
+                    self._metadata.add_topic(topic)
+            n = len(values)
+            ks = None if keys.count(None) == n else keys
+            segments: List[Any] = []
+            try:
+                if part is True:
+                    # keyless: batch-sized runs of partitions, as the synchronous send()'s sticky choice
+                    try:
+                        sizes: List[int] = [_RECORD_OVERHEAD + len(v) for v in values]
+                    except TypeError:  # (None values)
+                        sizes = [_RECORD_OVERHEAD + (0 if v is None else len(v)) for v in values]
+                    if ks is not None:
+                        sizes = [sz + (0 if k is None else len(k)) for sz, k in zip(sizes, ks)]
+                    cluster = self._metadata.cluster
+                    count = cluster.partition_counts.get(topic) or 1
+                    for pt, a, b in self._adm.sticky.runs(topic, sizes, cluster.available.get(topic, ()), count):
+                        if acc.append_many(topic, pt, ts, ks, values, None, range(a, b), max_block, now, segments):
+                            wake = True
+                elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):
+                    wake = True
+            except Exception as e:  # closed meanwhile (or out of memory after all): the rest fail
+                self._fail_unqueued(afs, segments, e)
+            segs_by_batch = self._segs
+            for batch, first, cnt, idxs in segments:
+                seg = [afs, keys, values, idxs.start, cnt, first, ts]
+                lst = segs_by_batch.get(batch)
+                if lst is not None:
+                    lst.append(seg)
+                    continue
+                segs_by_batch[batch] = [seg]
+                if batch not in self._pending and batch not in self._groups \
+                        and not batch.add_thunk(partial(self._batch_done, batch), _FirstRecord(batch)):
+                    self._batch_done(batch, None, None)  # (already complete)
+        if wake:
+            p._wakeup()
+
+    @staticmethod
+    def _fail_unqueued(afs: List[Any], segments: List[Any], error: BaseException) -> None:
+        queued = {i for seg in segments for i in seg[3]}
+        log.debug("async send() could not queue %d records: %s", len(afs) - len(queued), error)
+        for i, af in enumerate(afs):
+            if i not in queued and not af.done():
+                af.set_exception(error)
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
@@ -385,6 +594,7 @@ class AsyncProducer:
         loop = self._bind()
         if self._closed:
             raise ProducerClosedError("send_batch() called after close(): the producer no longer accepts records")
+        self._flush_staged()
         bf: BatchSendFuture = await asyncio.shield(loop.run_in_executor(
             self._executor, partial(self._producer.send_batch, topic, values, keys, headers, partition,
                                     timestamp_ms)))
@@ -411,7 +621,7 @@ class AsyncProducer:
             lst += (af, delta, timestamp, key_size, value_size)
             return
         self._pending[b] = [af, delta, timestamp, key_size, value_size]
-        if b not in self._groups and not b.add_thunk(partial(self._batch_done, b), thunk_future):
+        if b not in self._groups and b not in self._segs and not b.add_thunk(partial(self._batch_done, b), thunk_future):
             self._batch_done(b, None, None)  # (already complete)
 
     def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
@@ -420,7 +630,8 @@ class AsyncProducer:
             groups.append(group)
             return
         self._groups[b] = [group]
-        if b not in self._pending and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
+        if b not in self._pending and b not in self._segs \
+                and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
             self._batch_done(b, None, None)
 
     def _batch_done(self, batch: Any, _metadata: Any, _error: Any) -> None:
@@ -439,28 +650,79 @@ class AsyncProducer:
         """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
         self._scheduled = False
         self.delivery_callbacks += 1
-        budget = _STRIDE * DELIVER_CHUNK
-        done, pending = self._done, self._pending
+        budget = DELIVER_CHUNK
+        done, pending, segs_by_batch = self._done, self._pending, self._segs
         while budget > 0:
             try:
                 batch = done.popleft()
             except IndexError:
                 return
-            groups = self._groups.pop(batch, None)
             entries = pending.pop(batch, None)
             if entries:
-                if len(entries) > budget:
-                    pending[batch] = entries[budget:]
-                    entries = entries[:budget]
+                if len(entries) > _STRIDE * budget:
+                    pending[batch] = entries[_STRIDE * budget:]
+                    entries = entries[:_STRIDE * budget]
                     done.appendleft(batch)
-                budget -= len(entries)
+                    self._resolve(batch, entries)
+                    break
+                budget -= len(entries) // _STRIDE
                 self._resolve(batch, entries)
+            segs = segs_by_batch.pop(batch, None)
+            if segs:
+                budget = self._resolve_segments(batch, segs, budget)
+                if segs:  # (out of budget: the rest next time)
+                    segs_by_batch[batch] = segs
+                    done.appendleft(batch)
+                    break
+            groups = self._groups.pop(batch, None)
             if groups:
                 for group in groups:
                     self._group_batch_done(group)
         if done:
             self._scheduled = True
             self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
+
+    def _resolve_segments(self, batch: Any, segs: List[List[Any]], budget: int) -> int:
+        """Resolve staged records of ``batch`` (segments ``[futures, keys, values, start, count, first delta,
+        timestamp]``), at most ``budget``; resolved segments are removed from ``segs`` (a partly resolved one
+        is shortened). Returns the budget left."""
+        if batch.split_into is not None or batch.error is not None:
+            # (rare: a failed or split batch) through the per-record path
+            while segs and budget > 0:
+                afs, keys, values, start, count, first, ts = segs.pop(0)
+                entries: List[Any] = []
+                for j in range(count):
+                    k, v = keys[start + j], values[start + j]
+                    entries += (afs[start + j], first + j, ts, -1 if k is None else len(k), -1 if v is None else len(v))
+                self._resolve(batch, entries)
+                budget -= count
+            return budget
+        topic, part, base = batch.topic, batch.partition, batch.base_offset
+        append_time = batch.log_append_time
+        while segs and budget > 0:
+            seg = segs[0]
+            afs, keys, values, start, count, first, ts = seg
+            if count > budget:
+                seg[3], seg[4], seg[5] = start + budget, count - budget, first + budget
+                count = budget
+            else:
+                segs.pop(0)
+            budget -= count
+            if append_time >= 0:
+                ts = append_time
+            offset = base + first if base >= 0 else -1
+            for i in range(start, start + count):
+                af = afs[i]
+                k = keys[i]
+                v = values[i]
+                try:
+                    af.set_result(_tuple_new(RecordMetadata, (
+                        topic, part, offset, ts, -1 if k is None else len(k), -1 if v is None else len(v))))
+                except InvalidStateError:
+                    pass  # cancelled by its owner: the record was sent all the same
+                if offset >= 0:
+                    offset += 1
+        return budget
 
     def _resolve(self, batch: Any, entries: List[Any]) -> None:
         afs, deltas, timestamps = entries[0::_STRIDE], entries[1::_STRIDE], entries[2::_STRIDE]
@@ -531,10 +793,12 @@ class AsyncProducer:
     async def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it (in a worker thread); then waits until the records'
         futures are resolved on the loop."""
+        self._flush_staged()
         await self._in_thread(self._producer.commit_transaction, timeout)
         await self._delivered()
 
     async def abort_transaction(self, timeout: Optional[float] = None) -> None:
+        self._flush_staged()
         await self._in_thread(self._producer.abort_transaction, timeout)
         await self._delivered()
 
@@ -592,4 +856,4 @@ def _metadata(batch: Any, delta: int, timestamp: int, key_size: int, value_size:
                           batch.log_append_time if batch.log_append_time >= 0 else timestamp, key_size, value_size)
 
 
-__all__ = ["AsyncProducer", "DELIVER_CHUNK", "YIELD_EVERY"]
+__all__ = ["AsyncProducer", "DELIVER_CHUNK", "STAGE_MAX", "YIELD_EVERY"]

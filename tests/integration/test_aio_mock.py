@@ -223,12 +223,16 @@ def test_kproducer_loop_callbacks_do_bounded_work_in_asyncio_debug_mode(cluster:
                                  buffer_memory=64 * 1024, linger_ms=20) as p:
             deliver = p._deliver
 
+            def waiting() -> int:  # futures waiting for their batch (sent one by one, or staged)
+                return sum(len(v) for v in p._pending.values()) // 5 + \
+                    sum(seg[4] for segs in p._segs.values() for seg in segs)
+
             def measured() -> None:
-                pending = sum(len(v) for v in p._pending.values())
+                before = waiting()
                 start = time.thread_time()
                 deliver()
                 cpu.append(time.thread_time() - start)
-                sizes.append((pending - sum(len(v) for v in p._pending.values())) // 5)
+                sizes.append(before - waiting())
 
             p._deliver = measured  # type: ignore[method-assign]
             futs = [await p.send(TOPIC, b"%06d" % i) for i in range(n)]
@@ -327,3 +331,115 @@ def test_a_record_over_max_request_size_fails_at_once(cluster: MockCluster) -> N
                 await fut
 
     asyncio.run(main())
+
+
+def test_staged_and_one_by_one_sends_keep_the_callers_order_per_partition(cluster: MockCluster) -> None:
+    """Plain records are staged and appended in bulk at the end of the loop iteration; records with headers
+    take the synchronous send(). Mixed on one partition they are stored in the order they were sent."""
+    n = 3000
+
+    async def main() -> List[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as p:
+            futs = []
+            for i in range(n):
+                value = b"%05d" % i
+                if i % 7 == 3:
+                    futs.append(await p.send(TOPIC, value, partition=0, headers=[("h", b"1")]))
+                elif i % 11 == 5:
+                    futs.append(await p.send(TOPIC, value, partition=0, timestamp_ms=1_700_000_000_000 + i))
+                else:
+                    futs.append(await p.send(TOPIC, value, partition=0))
+            return [await f for f in futs]
+
+    metas = asyncio.run(main())
+    offsets = [m.offset for m in metas]
+    assert offsets == sorted(offsets) and len(set(offsets)) == n
+    assert metas[16].timestamp == 1_700_000_000_016 and metas[3].serialized_value_size == 5
+    stored = [r.value for r in cluster.records(TOPIC, 0)]
+    assert stored == [b"%05d" % i for i in range(n)]
+
+
+def test_bad_arguments_raise_from_send_as_from_the_synchronous_send(cluster: MockCluster) -> None:
+    bad: List[Any] = [
+        dict(value="str"), dict(value=b"v", key="k"), dict(value=b"v", timestamp_ms=-1),
+        dict(value=b"v", timestamp_ms=True), dict(value=b"v", partition=-1), dict(value=b"v", partition=True),
+        dict(value=b"v", partition="0"), dict(value=b"v", headers=[(1, b"x")]),
+    ]
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers) as p:
+            await p.send_and_wait(TOPIC, b"warm")
+            for kw in bad:
+                with pytest.raises(Exception) as sync_error:
+                    p.producer.send(TOPIC, **kw)
+                with pytest.raises(type(sync_error.value)) as async_error:
+                    await p.send(TOPIC, **kw)
+                assert str(async_error.value) == str(sync_error.value)
+            with pytest.raises(TypeError):
+                await p.send("", b"v")
+            await p.send_and_wait(TOPIC, b"after")  # the producer is still usable
+
+    asyncio.run(main())
+
+
+def test_staged_records_of_a_split_batch_are_resolved(cluster: MockCluster) -> None:
+    """MESSAGE_TOO_LARGE on a batch of staged records: the batch is split (KIP-126) and every record's
+    future follows it to the batch that holds it now."""
+    n = 2000
+
+    async def main() -> List[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=50) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=1)
+            cluster.inject_errors("Produce", [10])
+            futs = [await p.send(TOPIC, b"%05d" % i, partition=1) for i in range(n)]
+            return [await f for f in futs]
+
+    metas = asyncio.run(main())
+    assert [m.offset for m in metas] == list(range(1, n + 1))
+    assert [r.value for r in cluster.records(TOPIC, 1)][1:] == [b"%05d" % i for i in range(n)]
+
+
+def test_staged_records_of_a_failed_batch_fail(cluster: MockCluster) -> None:
+    from kproducer.errors import KafkaError
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=20, retries=0,
+                                 enable_idempotence=False) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=2)
+            cluster.inject_errors("Produce", [87])  # INVALID_RECORD: not retriable
+            futs = [await p.send(TOPIC, b"%05d" % i, partition=2) for i in range(100)]
+            results = await asyncio.gather(*futs, return_exceptions=True)
+            assert all(isinstance(r, KafkaError) for r in results), results[:3]
+
+    asyncio.run(main())
+
+
+def test_keyless_keyed_and_explicit_partition_records_are_stored_in_send_order(cluster: MockCluster) -> None:
+    """Keyless records are staged per topic and get their partitions when appended; records with a key or
+    an explicit partition are staged per partition. Interleaved, every partition stores its records in the
+    order they were sent, and the futures report where each one went."""
+    n = 6000
+
+    async def main() -> List[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5, batch_size=2048) as p:
+            futs = []
+            for i in range(n):
+                value = b"%05d" % i
+                kind = (i // 7) % 3  # runs of each kind, then switching
+                if kind == 0:
+                    futs.append(await p.send(TOPIC, value))
+                elif kind == 1:
+                    futs.append(await p.send(TOPIC, value, partition=i % PARTITIONS))
+                else:
+                    futs.append(await p.send(TOPIC, value, key=b"k%d" % (i % 10)))
+            return [await f for f in futs]
+
+    metas = asyncio.run(main())
+    for part in range(PARTITIONS):
+        stored = [int(r.value) for r in cluster.records(TOPIC, part)]
+        assert stored == sorted(stored)
+        assert stored == [i for i, m in sorted(enumerate(metas), key=lambda im: im[1].offset) if m.partition == part]
+    assert sum(cluster.high_watermark(TOPIC, part) for part in range(PARTITIONS)) == n
+    assert len({m.partition for m in metas[0:7]}) == 1  # (a keyless run stays on one partition)
+    # keyless records move on to another partition after about batch.size bytes (uniform sticky)
+    assert len({m.partition for i, m in enumerate(metas) if (i // 7) % 3 == 0}) > 1

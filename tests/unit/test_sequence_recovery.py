@@ -6,7 +6,7 @@ to their old sequences; if the broker refuses the next expected sequence again, 
 It must never retry the same refusal until delivery.timeout.ms (the livelock seen in CI)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from kproducer.errors import OutOfOrderSequenceNumberError, UnknownServerError
 from kproducer.protocol import messages as m
@@ -42,6 +42,10 @@ class SequenceCheckingBroker:
         return self.h.selector.produce_response(req, {TP: 0})
 
 
+def _held(h: Harness, n: int) -> Callable[[], bool]:
+    return lambda: len(h.selector.held(m.PRODUCE)) == n
+
+
 def _pipeline_three(h: Harness) -> Tuple[Any, List[Any], List[Any]]:
     """W acknowledged, then batches A (two records), B and C in flight at once; returns (broker,
     [A, A', B, C] futures, [A, B, C] requests)."""
@@ -53,10 +57,11 @@ def _pipeline_three(h: Harness) -> Tuple[Any, List[Any], List[Any]]:
     assert w.exception(0) is None
     h.selector.script(m.PRODUCE, HOLD, HOLD, HOLD)
     futs = [h.send(value=b"A" * 150), h.send(value=b"a" * 150)]  # A: one batch of two records
-    h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == 1)
-    for i, v in enumerate((b"B", b"C")):
-        futs.append(h.send(value=v * 150))
-        h.run_until(lambda: len(h.selector.held(m.PRODUCE)) == i + 2)
+    h.run_until(_held(h, 1))
+    futs.append(h.send(value=b"B" * 150))
+    h.run_until(_held(h, 2))
+    futs.append(h.send(value=b"C" * 150))
+    h.run_until(_held(h, 3))
     reqs = h.selector.held(m.PRODUCE)
     assert [r.batches()[TP].base_sequence for r in reqs] == [1, 3, 4]
     return broker, futs, reqs

@@ -125,6 +125,12 @@ class IdempotenceState:
         return not any(b is oldest for b in list(st.recent)[1:])
 
     def assign_sequence(self, batch: ProducerBatch, transactional: bool) -> None:
+        """``batch`` is drained to be sent: it keeps its sequence (a retry) or gets the next one."""
+        # Whatever sequence the batch carries now is the one the broker will answer: a sequence moved while
+        # it was out (``reopened``) excuses only the OUT_OF_ORDER answer to the send before the move (Java
+        # clears it in ProducerBatch.close at drain). Kept set, every later OUT_OF_ORDER_SEQUENCE answer
+        # would be retried as well, until delivery.timeout.ms, instead of renewing the producer id.
+        batch.reopened = False
         if batch.has_sequence() and self.is_current(batch):
             return
         st = self.partition(batch.tp)

@@ -190,6 +190,43 @@ def test_first_batch_of_a_partition_failing_keeps_the_order() -> None:
         assert sent.results[a][0].offset == 0 and sent.results[b][0].offset == 1
 
 
+def test_pipelined_batch_failing_for_good_leaves_the_later_batches_delivered_once() -> None:
+    """tansu's quirk under load: a pipelined batch A is answered UNKNOWN_SERVER_ERROR (not retriable, nothing
+    written) while B and C of the same partition are in flight; the broker refuses them as
+    OUT_OF_ORDER_SEQUENCE_NUMBER (A's sequences are missing). A's record fails; B and C take A's sequences
+    (Java's adjustSequencesDueToFailedBatch) and are stored exactly once, in order, under the same producer
+    id, well before delivery.timeout.ms (no retry loop). Read back with kafka-python."""
+    from kproducer.errors import UnknownServerError
+    from tests.readback import consume
+
+    with MockCluster(1) as cluster:
+        cluster.create_topic(TOPIC, 1)
+        sent = Sent(TOPIC, 1, WAIT)
+        with producing(cluster, linger_ms=0, request_timeout_ms=10000, delivery_timeout_ms=20000) as producer:
+            w = sent.send(producer, b"W", partition=0)  # acknowledged: the partition's batches are pipelined
+            producer.flush(WAIT)
+            cluster.set_latency(1, 300)
+            cluster.inject_errors("produce", [UnknownServerError.code])  # for A
+            a = sent.send(producer, b"A", partition=0)
+            wait_until(lambda: cluster.request_counts["produce"] >= 2, what="A to reach the broker")
+            b = sent.send(producer, b"B", partition=0)
+            wait_until(lambda: cluster.request_counts["produce"] >= 3, what="B to reach the broker")
+            c = sent.send(producer, b"C", partition=0)
+            wait_until(lambda: cluster.request_counts["produce"] >= 4, what="C to reach the broker")
+            assert isinstance(sent.futures[a].exception(WAIT), UnknownServerError)
+            assert sent.futures[b].exception(WAIT) is None
+            assert sent.futures[c].exception(WAIT) is None
+            cluster.set_latency(1, 0)
+        sent.wait_callbacks()
+        sent.check_callbacks_once()
+        assert [(r.value, r.sequence) for r in cluster.records(TOPIC, 0)] == [(b"W", 0), (b"B", 1), (b"C", 2)]
+        assert len({r.producer_id for r in cluster.records(TOPIC, 0)}) == 1
+        assert [sent.results[i][0].offset for i in (w, b, c)] == [0, 1, 2]
+        # B and C were retried once each (their first answer was OUT_OF_ORDER), not in a loop
+        assert cluster.request_counts["produce"] <= 8
+        assert [r.value for r in consume(cluster.bootstrap_servers, TOPIC, [0], 3)] == [b"W", b"B", b"C"]
+
+
 def test_out_of_order_sequence_resets_the_producer_id_and_delivers(cluster: MockCluster) -> None:
     sent = Sent(TOPIC, PARTITIONS, WAIT)
     with producing(cluster) as producer:

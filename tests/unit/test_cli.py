@@ -244,7 +244,8 @@ def _env() -> Dict[str, str]:
 
 def test_python_dash_m_and_mock_cluster_subprocess(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "kproducer", "mock-cluster", "--brokers", "2", "--topic",
-                             "sub:4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), text=True)
+                             "sub:4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Ctrl-C stops it
     try:
         assert proc.stdout is not None
         bootstrap = proc.stdout.readline().strip()

@@ -212,8 +212,11 @@ def test_main_rejects_bad_arguments() -> None:
 def test_python_dash_m_serves_until_ctrl_c() -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(kproducer.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p))
+    # Ctrl-C's default action in the child even when this process was started with SIGINT ignored (a
+    # background job of a non-interactive shell): Python turns SIGINT into KeyboardInterrupt only then
     proc = subprocess.Popen([sys.executable, "-m", "kproducer.mock", "--brokers", "1", "--topic", "t:2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         bootstrap = proc.stdout.readline().strip()

@@ -84,19 +84,7 @@ class Sensor:
         self.count = 0
 
     def record(self, value: float, now: float) -> None:
-        samples = self._samples
-        if not samples:
-            samples.append([now, now, 0, 0.0, _NEG_INF])
-        s = samples[self._current]
-        if now - s[0] >= self._config.window_ms:
-            s = self._advance(now)
-        s[1] = now
-        s[2] += 1
-        s[3] += value
-        if value > s[4]:
-            s[4] = value
-        self.total += value
-        self.count += 1
+        self.record_many(value, 1, value, now)
 
     def record_many(self, total: float, count: int, largest: float, now: float) -> None:
         """``count`` values summing to ``total``, the largest ``largest``, all at ``now``: the same as

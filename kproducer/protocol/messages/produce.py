@@ -61,6 +61,16 @@ class _Fallback(Exception):
     """The fast path does not handle this message: use the generic codec."""
 
 
+def _string_length(n: int, flexible: bool) -> bytes:
+    """The length prefix of a non-null string of ``n`` bytes (compact in flexible versions); _Fallback when a
+    classic string cannot hold it (the schema codec reports that)."""
+    if flexible:
+        return _uvarint(n + 1)
+    if n > 32767:
+        raise _Fallback
+    return _I16.pack(n)
+
+
 class ProduceApi(Api):
     """The Produce API with a hand-written request encoder and response decoder for the common case."""
 
@@ -93,12 +103,7 @@ class ProduceApi(Api):
             append(b"\x00" if flexible else b"\xff\xff")
         elif type(tid) is str:
             raw = tid.encode("utf-8")
-            if flexible:
-                append(_uvarint(len(raw) + 1))
-            else:
-                if len(raw) > 32767:
-                    raise _Fallback
-                append(_I16.pack(len(raw)))
+            append(_string_length(len(raw), flexible))
             append(raw)
         else:
             raise _Fallback
@@ -112,12 +117,7 @@ class ProduceApi(Api):
             if type(name) is not str or type(partitions) is not list:
                 raise _Fallback
             raw = name.encode("utf-8")
-            if flexible:
-                append(_uvarint(len(raw) + 1))
-            else:
-                if len(raw) > 32767:
-                    raise _Fallback
-                append(_I16.pack(len(raw)))
+            append(_string_length(len(raw), flexible))
             append(raw)
             append(_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions)))
             for part in partitions:

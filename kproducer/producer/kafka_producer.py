@@ -382,9 +382,14 @@ class Producer:
         once (InvalidTopicError), as no broker would ever know it."""
         check_topic_name(topic)
         md = self._metadata
-        md.add_topic(topic)
+        count = md.cluster.partition_counts.get(topic)
+        if count is not None and (partition is None or partition < count):
+            md.add_topic(topic)
+            return count  # known: no wait (and, as Java, no metadata-wait time)
         clock = self._clock
-        deadline = clock.monotonic_ms() + max_wait_ms
+        started = clock.monotonic_ms()
+        md.add_topic(topic)
+        deadline = started + max_wait_ms
         auth_failures = md.auth_failures
         while True:
             auth_error = md.authentication_error_since(auth_failures)
@@ -393,6 +398,8 @@ class Producer:
             cluster = md.cluster
             count = cluster.partition_counts.get(topic)
             if count is not None and (partition is None or partition < count):
+                # metadata-wait-time-ns-total (as Java: a wait that found the topic)
+                self._sender.metrics.record_call_time("metadata-wait", clock.monotonic_ms() - started)
                 return count
             exc = md.topic_exception(topic)
             if exc is not None:
@@ -427,6 +434,7 @@ class Producer:
             raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
         acc = self._accumulator
         auth_failures = self._sender.authentication_failures
+        started = self._monotonic_ms()
         acc.begin_flush()
         try:
             self._sender.wakeup()
@@ -434,6 +442,8 @@ class Producer:
                 raise KafkaTimeoutError(f"flush() timed out after {timeout} s with records still unacknowledged")
         finally:
             acc.end_flush()
+            # flush-time-ns-total (Java records it however the wait ends)
+            self._sender.metrics.record_call_time("flush", self._monotonic_ms() - started)
         # records that could not be delivered because a broker refused our credentials or TLS settings
         # failed with that error: say so here too, as a misconfiguration is not a per-record problem;
         # likewise when no broker can be reached at all because of it (records may have failed earlier)
@@ -512,13 +522,19 @@ class Producer:
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register the transactional.id with its coordinator (fencing older producers with the same id)
         and get a producer id. Call once, before the first transaction; waits up to max.block.ms."""
-        result = self._transactions().init_transactions()
+        txn = self._transactions()
+        started = self._monotonic_ms()
+        result = txn.init_transactions()
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
+        self._sender.metrics.record_call_time("txn-init", self._monotonic_ms() - started)
 
     def begin_transaction(self) -> None:
         """Start a transaction: records sent until commit/abort belong to it."""
-        self._transactions().begin_transaction()
+        txn = self._transactions()
+        started = self._monotonic_ms()
+        txn.begin_transaction()
+        self._sender.metrics.record_call_time("txn-begin", self._monotonic_ms() - started)
 
     def send_offsets_to_transaction(self, offsets: Mapping[Tuple[str, int], Union[int, OffsetAndMetadata]],
                                     group_id: Union[str, ConsumerGroupMetadata], timeout: Optional[float] = None,
@@ -533,26 +549,35 @@ class Producer:
         group = group_id
         if isinstance(group, str):
             group = ConsumerGroupMetadata(group, generation_id, member_id, group_instance_id)
+        started = self._monotonic_ms()
         result = txn.send_offsets_to_transaction(offsets, group)
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
+        if offsets:  # (Java times only a call with offsets)
+            self._sender.metrics.record_call_time("txn-send-offsets", self._monotonic_ms() - started)
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it. Raises TransactionError when a record failed
         (the record's error is its ``__cause__``; then call abort_transaction()). After a timeout the commit
         goes on in the background: call commit_transaction() again to wait for it."""
-        result = self._transactions().begin_commit()
+        txn = self._transactions()
+        started = self._monotonic_ms()
+        result = txn.begin_commit()
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
+        self._sender.metrics.record_call_time("txn-commit", self._monotonic_ms() - started)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort the transaction: unsent records fail with TransactionAbortedError; what was written is
         marked aborted for read_committed consumers. Refused (IllegalStateError) while a commit is pending."""
-        result = self._transactions().begin_abort()
+        txn = self._transactions()
+        started = self._monotonic_ms()
+        result = txn.begin_abort()
         self._accumulator.abort_undrained_batches(TransactionAbortedError(
             "the transaction was aborted before this record was sent"))
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
+        self._sender.metrics.record_call_time("txn-abort", self._monotonic_ms() - started)
 
     def _check_open(self, call: str = "a transactional call") -> None:
         if self._closed:

@@ -24,6 +24,8 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..protocol.accel import speedups
+from ..protocol.records import RECORD_BATCH_OVERHEAD
 
 if TYPE_CHECKING:
     from ..network.client import NetworkClient
@@ -41,6 +43,39 @@ TOPIC_GROUP = "producer-topic-metrics"
 NODE_GROUP = "producer-node-metrics"
 
 Number = Union[int, float]
+
+
+def _max_record_size_py(records: Union[bytes, bytearray, memoryview], count: int) -> int:
+    """The largest of the first ``count`` records of an encoded records section (RecordBatch v2: each a
+    zigzag varint length, then the record), its length prefix included; -1 when the bytes end early."""
+    pos = 0
+    end = len(records)
+    largest = 0
+    for _ in range(count):
+        start = pos
+        raw = 0
+        shift = 0
+        while True:
+            if pos >= end or shift > 28:
+                return -1
+            c = records[pos]
+            pos += 1
+            raw |= (c & 0x7F) << shift
+            if c < 0x80:
+                break
+            shift += 7
+        body = raw >> 1
+        if raw & 1 or body > end - pos:
+            return -1
+        pos += body
+        if pos - start > largest:
+            largest = pos - start
+    return largest
+
+
+#: the compiled walk when the accelerator has it (an older build may not: then the Python one)
+max_record_size: Callable[[Union[bytes, bytearray, memoryview], int], int] = (
+    getattr(speedups, "max_record_size", None) or _max_record_size_py)
 
 
 class MetricConfig(NamedTuple):
@@ -208,6 +243,8 @@ PRODUCER_METRICS: Tuple[Tuple[str, str], ...] = (
     ("request-total", "The total number of produce requests sent"),
     ("response-rate", "The number of produce responses received per second"),
     ("response-total", "The total number of produce responses received"),
+    ("record-size-avg", "The average record size"),
+    ("record-size-max", "The maximum record size"),
     ("bufferpool-wait-ratio", "The fraction of time an appender waits for space allocation."),
     ("bufferpool-wait-time-ns-total", "The total time in nanoseconds an appender waits for space allocation."),
     ("bufferpool-wait-time-ms-total", "The total time in milliseconds an appender waits for space allocation "
@@ -215,10 +252,21 @@ PRODUCER_METRICS: Tuple[Tuple[str, str], ...] = (
     ("buffer-exhausted-rate", "The average per-second number of record sends that are dropped due to buffer "
                               "exhaustion"),
     ("buffer-exhausted-total", "The total number of record sends that are dropped due to buffer exhaustion"),
+    ("flush-time-ns-total", "Total time producer has spent in flush in nanoseconds."),
+    ("txn-init-time-ns-total", "Total time producer has spent in initTransactions in nanoseconds."),
+    ("txn-begin-time-ns-total", "Total time producer has spent in beginTransaction in nanoseconds."),
+    ("txn-send-offsets-time-ns-total", "Total time producer has spent in sendOffsetsToTransaction in nanoseconds."),
+    ("txn-commit-time-ns-total", "Total time producer has spent in commitTransaction in nanoseconds."),
+    ("txn-abort-time-ns-total", "Total time producer has spent in abortTransaction in nanoseconds."),
+    ("metadata-wait-time-ns-total", "Total time producer has spent waiting on topic metadata in nanoseconds."),
     ("batch-total", "The total number of batches sent, retries included (kproducer)."),
     ("record-ack-total", "The total number of records acknowledged by the brokers (kproducer)."),
     ("byte-ack-total", "The total number of batch bytes acknowledged by the brokers (kproducer)."),
 )
+#: the timers of Java's KafkaProducerMetrics (group producer-metrics): the time the application spent in a call,
+#: a lifetime sum in nanoseconds. Keys of :meth:`ProducerMetrics.record_call_time`.
+CALL_TIMERS: Tuple[str, ...] = ("flush", "txn-init", "txn-begin", "txn-send-offsets", "txn-commit", "txn-abort",
+                                "metadata-wait")
 #: gauges read from the producer's parts when measured (registered by :meth:`ProducerMetrics.watch`)
 GAUGES: Tuple[Tuple[str, str], ...] = (
     ("buffer-total-bytes", "The maximum amount of buffer memory the client can use (whether or not it is "
@@ -272,6 +320,7 @@ class ProducerMetrics:
         self.client_id = client_id
         self._lock = threading.Lock()
         self._batch_size = Sensor(config)
+        self._record_size = Sensor(config)
         self._compression = Sensor(config)
         self._queue_time = Sensor(config)
         self._latency = Sensor(config)
@@ -297,6 +346,8 @@ class ProducerMetrics:
         self.splits = 0
         self.responses = 0
         self.buffer_wait_ms_total = 0.0
+        #: KafkaProducerMetrics' timers: name (flush, txn-init, ...) -> lifetime milliseconds
+        self.call_time_ms: Dict[str, float] = dict.fromkeys(CALL_TIMERS, 0.0)
         # statistics.interval.ms / stats_cb
         self._stats_cb = stats_cb if stats_interval_ms > 0 else None
         self._stats_interval_ms = float(stats_interval_ms)
@@ -342,7 +393,11 @@ class ProducerMetrics:
         """A produce request to ``node`` carrying ``batches`` was sent (their records are built): per batch
         its size, compression ratio, queue time and the topic's records and bytes; per request the record
         count (Java's Sender.updateProduceRequestMetrics). All happen at one time, so each sensor takes the
-        request's batches in one step (the same samples as one record() per batch)."""
+        request's batches in one step (the same samples as one record() per batch).
+
+        record-size: as Java, each batch records its largest record, as the size of a batch holding just that
+        record (the 61-byte batch header included); found by one walk of the batch's record length prefixes
+        (compiled: a few ns per record), on this thread, never in send()."""
         now = self.clock.monotonic_ms()
         records = 0
         count = 0
@@ -352,6 +407,9 @@ class ProducerMetrics:
         ratio_max = _NEG_INF
         queue_sum = 0.0
         queue_max = _NEG_INF
+        rsize_sum = 0
+        rsize_max = 0
+        rsize_count = 0
         # topic -> [records, bytes, ratio sum, ratio max, batches]
         per_topic: Dict[str, List[float]] = {}
         for b in batches:
@@ -360,6 +418,14 @@ class ProducerMetrics:
             raw = b.builder.estimated_size()
             ratio = size / raw if raw > 0 else 1.0
             queued = b.drained_ms - b.created_ms
+            builder = b.builder
+            largest = max_record_size(builder._buf, n) if n else -1
+            if largest >= 0:
+                largest += RECORD_BATCH_OVERHEAD
+                rsize_sum += largest
+                rsize_count += 1
+                if largest > rsize_max:
+                    rsize_max = largest
             if queued < 0.0:
                 queued = 0.0
             records += n
@@ -388,6 +454,8 @@ class ProducerMetrics:
                 self._batch_size.record_many(size_sum, count, size_max, now)
                 self._compression.record_many(ratio_sum, count, ratio_max, now)
                 self._queue_time.record_many(queue_sum, count, queue_max, now)
+                if rsize_count:
+                    self._record_size.record_many(rsize_sum, rsize_count, rsize_max, now)
                 for topic, (n_records, n_bytes, r_sum, r_max, n_batches) in per_topic.items():
                     ts = self._topic(topic)
                     ts.records.record_many(n_records, int(n_batches), n_records, now)
@@ -435,6 +503,13 @@ class ProducerMetrics:
             self._splits.record(1, now)
             self.splits += extra_batches
 
+    def record_call_time(self, name: str, elapsed_ms: float) -> None:
+        """The application spent ``elapsed_ms`` in a call timed by Java's KafkaProducerMetrics: ``name`` is
+        one of :data:`CALL_TIMERS` (flush, txn-init, txn-begin, txn-send-offsets, txn-commit, txn-abort,
+        metadata-wait); read as ``<name>-time-ns-total``."""
+        with self._lock:
+            self.call_time_ms[name] += elapsed_ms
+
     def record_success(self, records: int, size: int) -> None:
         with self._lock:
             self.records_acked += records
@@ -476,11 +551,14 @@ class ProducerMetrics:
             "request-total": self.requests,
             "response-rate": self._responses.count_rate(now),
             "response-total": self.responses,
+            "record-size-avg": self._record_size.avg(now),
+            "record-size-max": self._record_size.max(now),
             "bufferpool-wait-ratio": self._buffer_wait.rate(now, per_ms=1.0),
             "bufferpool-wait-time-ns-total": self.buffer_wait_ms_total * 1e6,
             "bufferpool-wait-time-ms-total": self.buffer_wait_ms_total,
             "buffer-exhausted-rate": self._exhausted.count_rate(now),
             "buffer-exhausted-total": self._exhausted.count,
+            **{f"{name}-time-ns-total": ms * 1e6 for name, ms in self.call_time_ms.items()},
             "batch-total": self.batches_sent,
             "record-ack-total": self.records_acked,
             "byte-ack-total": self.bytes_acked,
@@ -603,5 +681,6 @@ class ProducerMetrics:
 #: the former name (kproducer <= the metrics rework)
 SenderMetrics = ProducerMetrics
 
-__all__ = ["GAUGES", "NODE_GROUP", "NODE_METRICS", "PRODUCER_GROUP", "PRODUCER_METRICS", "TOPIC_GROUP",
-           "TOPIC_METRICS", "Metric", "MetricConfig", "ProducerMetrics", "Sensor", "SenderMetrics"]
+__all__ = ["CALL_TIMERS", "GAUGES", "NODE_GROUP", "NODE_METRICS", "PRODUCER_GROUP", "PRODUCER_METRICS", "TOPIC_GROUP",
+           "TOPIC_METRICS", "Metric", "MetricConfig", "ProducerMetrics", "Sensor", "SenderMetrics",
+           "max_record_size"]

@@ -540,6 +540,46 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
 }
 #endif
 
+/* The largest record of an encoded records section (records as RecordBatch v2 holds them: a zigzag varint
+   length, then the record), counting the length prefix: walks the first `count` length prefixes only. For the
+   record-size-max / -avg metrics (one call per batch on the network thread). -1 when the bytes end early. */
+static PyObject *max_record_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "max_record_size(records, count)");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    if (count == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, pos = 0, largest = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t raw = 0;
+        int shift = 0;
+        Py_ssize_t start = pos;
+        for (;;) {
+            if (pos >= len || shift > 28) {
+                PyBuffer_Release(&view);
+                return PyLong_FromLong(-1);
+            }
+            unsigned char c = p[pos++];
+            raw |= (uint64_t)(c & 0x7f) << shift;
+            if (c < 0x80) break;
+            shift += 7;
+        }
+        Py_ssize_t body = (Py_ssize_t)(raw >> 1);
+        if ((raw & 1) || body > len - pos) {
+            PyBuffer_Release(&view);
+            return PyLong_FromLong(-1);
+        }
+        pos += body;
+        if (pos - start > largest) largest = pos - start;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(largest);
+}
+
 static int use_hw_crc = 0;
 
 static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -572,6 +612,8 @@ static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
+    {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
+     "The largest record's size (length prefix included) among the first count records of a records section."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
     {NULL, NULL, 0, NULL},
 };

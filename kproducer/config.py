@@ -845,10 +845,27 @@ class ProducerConfig:
             # (kafka-python passes compression_type=None for "none")
             keep_none = raw is None and s.kind not in ("endpoint", "compression")
             setattr(self, s.alias, None if keep_none else _convert(s, raw))
+        #: (setting, object) of each plug-in made here from a dotted name or a class: the producer calls their
+        #: configure(configs) as Java does (kproducer.producer.plugins)
+        self.loaded_plugins: Tuple[Tuple[str, Any], ...] = self._find_loaded_plugins(given)
         #: the resolved SASL login (mechanism and credentials) for SASL_PLAINTEXT / SASL_SSL, else None
         self.sasl_login: Optional[SaslLogin] = None
         self._check_relations()
         self._check_security()
+
+    def _find_loaded_plugins(self, given: Mapping[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+        out: List[Tuple[str, Any]] = []
+        for java in ("key.serializer", "value.serializer", "partitioner"):
+            obj = getattr(self, SETTINGS[java].alias)
+            if isinstance(given.get(java), (str, type)) and obj is not None:
+                out.append((java, obj))
+        raw = given.get("interceptor.classes")
+        made = self.interceptor_classes or ()
+        if isinstance(raw, str):
+            out.extend(("interceptor.classes", i) for i in made)
+        elif isinstance(raw, (list, tuple)) and len(raw) == len(made):
+            out.extend(("interceptor.classes", i) for r, i in zip(raw, made) if isinstance(r, (str, type)))
+        return tuple(out)
 
     def _named(self, java: str) -> str:
         """A setting as the user spelled it (for messages)."""

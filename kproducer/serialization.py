@@ -12,7 +12,9 @@ A serializer is given as one of
   ByteArraySerializer names map to ``"str"`` and ``"bytes"``.
 
 Every form is turned into one shape, ``(topic, value, headers) -> bytes | None``, once, when the producer is
-created. ``None`` stays ``None`` for every shortcut (a tombstone stays a tombstone).
+created. ``None`` stays ``None`` for every shortcut (a tombstone stays a tombstone). As in Java, a serializer
+made from a name or class gets ``configure(configs, is_key)`` (or ``configure(configs)``), and ``Producer.close()``
+calls a serializer's ``close()``: see :mod:`kproducer.producer.plugins`.
 """
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_futu
 from .interceptors import Interceptors, ProducerRecord, failure_metadata
 from .metrics import Metric
 from .partitioner import StickyPartitioner
+from .plugins import close_plugins, configure_plugins
 from .transaction_manager import TransactionManager
 from .wiring import wire_producer
 
@@ -70,6 +71,7 @@ class Producer:
         cfg = self.config = ProducerConfig(config, **settings)
         self._clock = clock or SYSTEM_CLOCK
         self.client_id = cfg.client_id or f"kproducer-{next(_ids)}"
+        configure_plugins(cfg, self.client_id)  # plug-ins made from class names, as Java configures them
         clk = self._clock
         security = channel_security(cfg)
         selector = transport if transport is not None else Selector(
@@ -97,6 +99,7 @@ class Producer:
         self._forked = False  # True in a child process that inherited this producer through fork()
         self._pid = os.getpid()
         self._close_lock = threading.Lock()
+        self._plugins_closed = False
         self._sender.start()
         # (the network thread references no Producer: dropped without close(), this object is collected,
         # the finalizer warns and the thread delivers what is queued; see lifecycle.py)
@@ -464,9 +467,11 @@ class Producer:
             log.debug("close() of %s in a forked child: dropping the inherited producer", self.client_id)
             return
         with self._close_lock:
-            if self._closed and not self._sender.is_alive():
-                return
+            done = self._closed and not self._sender.is_alive()
             self._closed = True
+        if done:
+            self._close_plugins()  # (no-op unless a close() from a callback left them open)
+            return
         self._finalizer.detach()
         lifecycle.closing(self._sender)
         if threading.current_thread() is self._sender:
@@ -482,7 +487,16 @@ class Producer:
             self._sender.join(30)
         self._metadata.close()
         self._pool.close()
+        self._close_plugins()
         log.info("kproducer %s closed", self.client_id)
+
+    def _close_plugins(self) -> None:
+        """Interceptors, serializers and partitioner with a close(): closed once, errors logged (plugins.py)."""
+        with self._close_lock:
+            if self._plugins_closed:
+                return
+            self._plugins_closed = True
+        close_plugins(self.config)
 
     def __enter__(self) -> "Producer":
         return self

@@ -231,9 +231,50 @@ def _check_hostname_value(v: Any) -> Any:
     return "https" if _parse_bool("ssl_check_hostname", v) else ""
 
 
-#: other projects' names of the same settings (librdkafka, kafka-python); each also with underscores,
+def _is_zero(v: Any) -> bool:
+    try:
+        return not isinstance(v, bool) and int(v) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _message_timeout_value(v: Any) -> Any:
+    """librdkafka's message.timeout.ms; its 0 (no limit) is Java's largest delivery.timeout.ms."""
+    return _INT_MAX if _is_zero(v) else v
+
+
+def _kbytes_value(v: Any) -> Any:
+    """librdkafka's queue.buffering.max.kbytes: kilobytes, times 1024."""
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ConfigError(f"queue.buffering.max.kbytes must be an integer (kilobytes), got {v!r}")
+    try:
+        return int(v) * 1024
+    except ValueError:
+        raise ConfigError(f"queue.buffering.max.kbytes must be an integer (kilobytes), got {v!r}") from None
+
+
+def _socket_buffer_value(v: Any) -> Any:
+    """librdkafka's 0 (the OS default) is Java's -1."""
+    return -1 if _is_zero(v) else v
+
+
+#: other projects' names of the same settings (librdkafka, kafka-python, aiokafka); each also with underscores,
 #: and with a function turning that project's value into ours where the two differ
 _SPELLINGS: Dict[str, Tuple[str, Optional[Callable[[Any], Any]]]] = {
+    # librdkafka (confluent-kafka)
+    "queue.buffering.max.ms": ("linger.ms", None),
+    "compression.codec": ("compression.type", None),
+    "message.timeout.ms": ("delivery.timeout.ms", _message_timeout_value),
+    "message.max.bytes": ("max.request.size", None),
+    "message.send.max.retries": ("retries", None),
+    "queue.buffering.max.kbytes": ("buffer.memory", _kbytes_value),
+    "request.required.acks": ("acks", None),
+    "socket.timeout.ms": ("request.timeout.ms", None),
+    "socket.send.buffer.bytes": ("send.buffer.bytes", _socket_buffer_value),
+    "socket.receive.buffer.bytes": ("receive.buffer.bytes", _socket_buffer_value),
+    # aiokafka
+    "max_batch_size": ("batch.size", None),
+    # security (librdkafka, kafka-python)
     "ssl.ca.location": ("ssl.truststore.location", None),
     "ssl_cafile": ("ssl.truststore.location", None),
     "ssl.ca.pem": ("ssl.truststore.certificates", None),
@@ -248,6 +289,34 @@ _SPELLINGS: Dict[str, Tuple[str, Optional[Callable[[Any], Any]]]] = {
     "sasl.mechanisms": ("sasl.mechanism", None),
     "sasl_plain_username": ("sasl.username", None),
     "sasl_plain_password": ("sasl.password", None),
+}
+
+#: other clients' settings kproducer has no equivalent for: refused (an unknown name), with what to do instead
+NO_EQUIVALENT: Dict[str, str] = {
+    "batch.num.messages": "librdkafka's record count per batch has no equivalent: batches are bounded by "
+                          "batch.size (bytes); remove it",
+    "queue.buffering.max.messages": "librdkafka's record count limit has no equivalent: the queue is bounded by "
+                                    "buffer.memory (bytes; librdkafka's queue.buffering.max.kbytes is accepted)",
+    "compression.level": "give the level of the codec in use: compression.gzip.level, compression.lz4.level or "
+                         "compression.zstd.level",
+    "api_version": "not needed: protocol versions are negotiated with each broker (ApiVersions); remove it",
+    "api_version_auto_timeout_ms": "not needed: protocol versions are negotiated with each broker; remove it",
+    "loop": "not needed: kproducer.aio.AsyncProducer uses the loop that first uses it",
+    "error_cb": "kproducer logs with the logging module (logger 'kproducer'); errors reach each record's callback",
+    "log_cb": "kproducer logs with the logging module (logger 'kproducer'): add a handler there",
+    "throttle_cb": "read produce-throttle-time-avg/-max from metrics(), or statistics.interval.ms with stats_cb",
+    "debug": "use logging.getLogger('kproducer').setLevel(logging.DEBUG)",
+    "on_delivery": "give the callback to each send(): send(topic, value, callback=fn), fn(metadata, exception)",
+    "dr_msg_cb": "give the callback to each send(): send(topic, value, callback=fn), fn(metadata, exception)",
+    "dr_cb": "give the callback to each send(): send(topic, value, callback=fn), fn(metadata, exception)",
+    "oauth_cb": "use sasl.oauth.token.provider: a callable returning (token, expiry_epoch_seconds)",
+    "metric_reporters": "read metrics() or metric_list(), or use kproducer.metrics_prometheus",
+    "metrics_enabled": "metrics are always kept (recorded per batch, not per record)",
+    "sasl_kerberos_name": "SASL GSSAPI (Kerberos) is not supported",
+    "sasl_kerberos_service_name": "SASL GSSAPI (Kerberos) is not supported",
+    "sasl_kerberos_domain_name": "SASL GSSAPI (Kerberos) is not supported",
+    "ssl_crlfile": "give an ssl.SSLContext with the CRL loaded as ssl_context",
+    "socks5_proxy": "connections through a SOCKS proxy are not supported",
 }
 for _name, (_java, _fn) in list(_SPELLINGS.items()):
     _SPELLINGS.setdefault(_name.replace(".", "_"), (_java, _fn))
@@ -267,6 +336,9 @@ def canonical_name(name: str) -> str:
         return name
     if name in _ALIASES:
         return _ALIASES[name]
+    hint_text = NO_EQUIVALENT.get(name) or NO_EQUIVALENT.get(name.replace("_", "."))
+    if hint_text:
+        raise ConfigError(f"unknown producer setting {name!r}: {hint_text}")
     candidates = list(SETTINGS) + list(_ALIASES)
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -479,13 +551,21 @@ _JAVA_PARTITIONERS = {
     "org.apache.kafka.clients.producer.internals.DefaultPartitioner": None,
     "org.apache.kafka.clients.producer.UniformStickyPartitioner": None,
     "org.apache.kafka.clients.producer.RoundRobinPartitioner": "kproducer.producer.partitioner.RoundRobinPartitioner",
+    # librdkafka's murmur2_random is Java's default: murmur2 for keys, spread without (KIP-794's sticky here)
+    "murmur2_random": None,
 }
+#: librdkafka's other partitioners: no equivalent (keyed records would land elsewhere than with Java)
+_LIBRDKAFKA_PARTITIONERS = ("random", "consistent", "consistent_random", "murmur2", "fnv1a", "fnv1a_random")
 _PARTITIONER_WHAT = ("callable(topic, key_bytes, value_bytes, num_partitions), an object with "
                      "partition(topic, key, key_bytes, value, value_bytes, cluster), or a dotted class name")
 
 
 def _check_partitioner(name: str, v: Any) -> Any:
     if isinstance(v, str):
+        if v.strip() in _LIBRDKAFKA_PARTITIONERS:
+            raise ConfigError(f"{name}={v.strip()!r} is librdkafka's, which kproducer does not have: kproducer's "
+                              "default is Java's (murmur2 of the key, librdkafka's murmur2_random); give a "
+                              "partitioner object or callable for another placement")
         dotted = _JAVA_PARTITIONERS.get(v.strip(), v.strip())
         if dotted is None:
             return None
@@ -1036,8 +1116,10 @@ class ProducerConfig:
         needed = self.linger_ms + self.request_timeout_ms
         if self.delivery_timeout_ms < needed:
             if "delivery.timeout.ms" in explicit:
+                spelled = self._named("delivery.timeout.ms")
+                given_as = "" if spelled in ("delivery.timeout.ms", "delivery_timeout_ms") else f" (given as {spelled})"
                 raise ConfigError(
-                    f"delivery.timeout.ms={self.delivery_timeout_ms} must be at least linger.ms + "
+                    f"delivery.timeout.ms={self.delivery_timeout_ms}{given_as} must be at least linger.ms + "
                     f"request.timeout.ms = {needed}"
                 )
             # Java's KafkaProducer.configureDeliveryTimeout: an int, so at most Integer.MAX_VALUE

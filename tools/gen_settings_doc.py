@@ -163,6 +163,14 @@ def render() -> str:
                 how = _cell(doc[0]) if doc else "converted"
             lines.append(f"| `{name}` | `{java}` | {how} |")
         lines.append("")
+    refused: Dict[str, str] = dict(getattr(config, "NO_EQUIVALENT", {}))
+    if refused:
+        lines += ["## Other clients' settings without an equivalent", "",
+                  "Refused with `ConfigError` (as any unknown name), with this advice:", "",
+                  "| name | instead |", "| --- | --- |"]
+        for name, advice in sorted(refused.items()):
+            lines.append(f"| `{name}` | {_cell(advice)} |")
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -33,10 +33,22 @@ def test_every_setting_and_spelling_is_documented() -> None:
         assert f"| `{java}` |" in text, java
         row = next(line for line in text.splitlines() if line.startswith(f"| `{java}` |"))
         assert setting.doc.split(",")[0].replace("|", "\\|") in row, java
-    for line in text.split("## Other spellings", 1)[1].splitlines():
+    spellings, refused = text.split("## Other spellings", 1)[1].split("## Other clients' settings without", 1)
+    for line in spellings.splitlines():
         if line.startswith("| `"):
             name, java = (cell.strip().strip("`") for cell in line.split("|")[1:3])
             assert canonical_name(name) == java, line
+    import pytest
+
+    from kproducer.config import NO_EQUIVALENT
+    from kproducer.errors import ConfigError
+
+    listed = [line.split("|")[1].strip().strip("`") for line in refused.splitlines() if line.startswith("| `")]
+    assert sorted(listed) == sorted(NO_EQUIVALENT)
+    for name in listed:
+        with pytest.raises(ConfigError, match="unknown producer setting") as info:
+            canonical_name(name)
+        assert NO_EQUIVALENT[name] in str(info.value)
 
 
 def test_check_mode_reports_a_stale_file(tmp_path: Path) -> None:
@@ -74,9 +86,19 @@ LIBRDKAFKA_SETTINGS = {
     "enable.ssl.certificate.verification": True, "sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": "u",
     "sasl.password": "p", "statistics.interval.ms": 1000, "stats_cb": print,
 }
-RENAMED = ["api_version", "max_batch_size", "queue.buffering.max.ms", "compression.codec", "message.timeout.ms",
-           "message.max.bytes", "message.send.max.retries", "batch.num.messages", "queue.buffering.max.kbytes",
-           "queue.buffering.max.messages", "error_cb", "log_cb", "throttle_cb", "oauth_cb", "debug"]
+#: other clients' names the page says are accepted as kproducer's: (name, a value, kproducer's setting, its value)
+ACCEPTED = [("max_batch_size", 1000, "batch_size", 1000), ("queue.buffering.max.ms", 7, "linger_ms", 7),
+            ("compression.codec", "gzip", "compression_type", 1),
+            ("message.timeout.ms", 200000, "delivery_timeout_ms", 200000),
+            ("message.timeout.ms", 0, "delivery_timeout_ms", 2147483647),
+            ("socket.timeout.ms", 20000, "request_timeout_ms", 20000),
+            ("message.max.bytes", 1000000, "max_request_size", 1000000), ("message.send.max.retries", 3, "retries", 3),
+            ("request.required.acks", "all", "acks", -1), ("queue.buffering.max.kbytes", 1024, "buffer_memory", 1 << 20),
+            ("socket.send.buffer.bytes", 0, "send_buffer_bytes", -1),
+            ("socket.receive.buffer.bytes", 65536, "receive_buffer_bytes", 65536)]
+#: names the page says are refused (no equivalent)
+RENAMED = ["api_version", "batch.num.messages", "queue.buffering.max.messages", "error_cb", "log_cb", "throttle_cb",
+           "oauth_cb", "debug", "compression.level"]
 
 
 def test_migration_settings_claims_hold() -> None:
@@ -95,6 +117,12 @@ def test_migration_settings_claims_hold() -> None:
         assert f"`{name}" in text, name
         with pytest.raises(ConfigError, match="unknown producer setting"):
             ProducerConfig({"bootstrap.servers": "127.0.0.1:9092", name: 1})
+    for name, value, ours, expected in ACCEPTED:
+        assert f"`{name}`" in text, name
+        for spelling in (name, name.replace(".", "_")):
+            cfg = ProducerConfig({"bootstrap.servers": "127.0.0.1:9092", spelling: value})
+            assert getattr(cfg, ours) == expected, (spelling, value)
+            assert spelling in cfg.spelled.values()
 
 
 def test_migration_mock_cluster_example_runs() -> None:

@@ -432,6 +432,15 @@ class MockCluster:
         """Process the next ``count`` requests of ``api`` but close the connection instead of answering."""
         self._faults.drop_responses(api, count)
 
+    def fail_after_append(self, codes: Iterable[int]) -> None:
+        """The next partition batches a Produce appends are written and then answered with these error codes
+        (one per appended batch; 0 answers normally): "the broker wrote it but answered an error" (see
+        :mod:`kproducer.mock.faults`)."""
+        self._faults.fail_after_append(codes)
+
+    def pending_after_append(self) -> List[int]:
+        return self._faults.pending_after_append()
+
     def set_latency(self, broker_id: int, ms: float) -> None:
         """Delay every response of a broker by ``ms`` milliseconds (0 removes the delay)."""
         self._broker(broker_id)

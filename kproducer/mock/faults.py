@@ -7,6 +7,12 @@
   normally. An injected error is answered instead of processing: nothing is appended or changed.
 * ``drop_responses(api, count)``: the next ``count`` requests of that API are processed (a Produce is
   appended) but the connection is closed instead of answering: a lost response.
+* ``fail_after_append(codes)``: the next partition batches a Produce appends are written to the log and then
+  answered with these error codes (one per appended partition batch; 0 answers normally): the broker wrote the
+  batch but the client hears of an error, as with Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND or a leader that
+  lost its leadership after writing. A retry of that batch by an idempotent producer is then a duplicate
+  (answered as Kafka does: no error, the original offset, nothing appended); without idempotence the retry is
+  appended again.
 * ``set_latency(broker_id, ms)``: every response of that broker leaves ``ms`` later.
 * ``corrupt_responses(api, kind, count)``: the next ``count`` requests of that API are processed but
   answered with a broken response: ``"garbled"`` (the right correlation id, then a body that parses as
@@ -62,6 +68,7 @@ class FaultInjector:
         self._known = set(known_apis)
         self._errors: Dict[str, Deque[int]] = {}
         self._drops: Dict[str, int] = {}
+        self._after_append: Deque[int] = deque()
         self._corruptions: Dict[str, Deque[str]] = {}
         self._latency: Dict[int, float] = {}
         self.request_counts: "Counter[str]" = Counter()
@@ -114,6 +121,23 @@ class FaultInjector:
                 self._drops[name] = left - 1
             return True
 
+    def fail_after_append(self, codes: Iterable[int]) -> None:
+        """The next partition batches a Produce appends answer these codes (the batches stay written)."""
+        values = [int(c) for c in codes]
+        with self._lock:
+            self._after_append.extend(values)
+
+    def take_after_append_error(self) -> int:
+        """The code to answer for a partition batch just appended (0: answer normally)."""
+        if not self._after_append:  # fast path: nothing injected
+            return 0
+        with self._lock:
+            return self._after_append.popleft() if self._after_append else 0
+
+    def pending_after_append(self) -> List[int]:
+        with self._lock:
+            return list(self._after_append)
+
     def corrupt_responses(self, api: Union[str, int], kind: str = "garbled", count: int = 1) -> None:
         name = self._check(api)
         if kind not in CORRUPTIONS:
@@ -164,5 +188,6 @@ class FaultInjector:
         with self._lock:
             self._errors.clear()
             self._drops.clear()
+            self._after_append.clear()
             self._corruptions.clear()
             self._latency.clear()

@@ -144,4 +144,7 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
                                message=f"partition {topic}-{index} is not part of producer {pid}'s transaction")
         base = plog.append(data, header, p.leader_epoch)
     ctx.state.notify_append(topic, index)
+    after = ctx.faults.take_after_append_error()
+    if after:  # fault injection: written, but the client is told it failed
+        return _result(index, after, message="injected error after the batch was appended")
     return _result(index, NO_ERROR, base)

@@ -2,7 +2,9 @@
 with NOT_ENOUGH_REPLICAS_AFTER_APPEND or a leader that loses leadership after writing. The idempotent producer
 retries; the broker finds the retry among the producer's last batches and answers, as Kafka (since 1.0) does, with
 no error and the offset of the batch already written, appending nothing; the record is reported delivered once and
-kafka-python reads it back once. Without idempotence the retry is written again: a duplicate."""
+kafka-python reads it back once. Without idempotence the retry is written again: a duplicate. A broker that
+answers the retry DUPLICATE_SEQUENCE_NUMBER instead (injected) gets the record counted delivered, without an
+offset, as Java's Sender does."""
 from __future__ import annotations
 
 import threading
@@ -85,3 +87,23 @@ def test_a_code_of_zero_answers_normally_and_clear_faults_forgets_the_rest() -> 
             assert cluster.pending_after_append() == []
             assert p.send("t", value=b"b", partition=0).get(30).offset == 1
             assert p.metrics()["record-retry-total"] == 0
+
+
+def test_a_retry_answered_duplicate_sequence_number_is_delivered_once_without_an_offset() -> None:
+    """A broker that no longer has the written batch's metadata answers its retry DUPLICATE_SEQUENCE_NUMBER (Kafka
+    keeps the last 5 batches per producer and answers NO_ERROR for those): as Java's Sender, the producer counts the
+    batch delivered, with no offset to report (-1)."""
+    with MockCluster(1) as cluster:
+        cluster.create_topic("t", 1)
+        with Producer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=50, retry_backoff_ms=10,
+                      client_id="after-append-46") as p:
+            assert p.send("t", value=b"warm-up", partition=0).get(30).offset == 0
+            cluster.inject_errors("produce", [0, 46])  # the first attempt is processed, its retry answered 46
+            cluster.fail_after_append([NOT_ENOUGH_REPLICAS_AFTER_APPEND])
+            mds, calls = _send_recorded(p, [b"dup"])
+            metrics = p.metrics()
+        assert cluster.pending_errors("produce") == [] and cluster.pending_after_append() == []
+        assert [(md.offset, exc) for md, exc in calls] == [(-1, None)] and mds[0].offset == -1
+        assert metrics["record-error-total"] == 0 and metrics["record-retry-total"] == 1
+        read = consume(cluster.bootstrap_servers, "t", [0], expected=2)
+        assert [(r.offset, r.value) for r in read] == [(0, b"warm-up"), (1, b"dup")]

@@ -44,18 +44,17 @@ class Allocator(threading.Thread):
 
 
 def test_allocate_and_deallocate_account_memory() -> None:
-    pool = BufferPool(100, 10, FakeClock())
-    assert pool.allocate(10, 0) == 10
-    assert pool.allocate(25, 0) == 25
-    assert pool.available_memory() == 65
-    pool.deallocate(10)
-    assert pool.available_memory() == 75
-    assert pool.free_blocks == 1  # a batch.size block went back to the free list
-    pool.allocate(10, 0)
-    assert pool.free_blocks == 0  # and was handed out again
-    pool.deallocate(25)
+    pool = BufferPool(1000, 100, FakeClock())
+    assert pool.allocate(100, 0) == 100
+    assert pool.allocate(250, 0) == 250
+    assert pool.available_memory() == 650
+    pool.deallocate(100)  # a reservation without its buffer: only the accounting comes back
+    assert pool.available_memory() == 750
+    assert pool.free_blocks == 0
+    pool.deallocate(250)
     pool.deallocate(0)  # ignored
-    assert pool.available_memory() == 90
+    assert pool.available_memory() == 1000
+    assert pool.unallocated_memory() == 1000
     assert pool.queued() == 0
 
 

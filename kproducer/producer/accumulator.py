@@ -226,8 +226,7 @@ class RecordAccumulator:
         builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level, buf)
         batch = ProducerBatch(tp[0], tp[1], builder, now_ms, reserved)
         if buf is not None:
-            batch.pooled = True
-            batch.give_back = self.free.deallocate
+            batch.pool = self.free
         if self._sizing is not None:
             batch.compress_by_estimate(self._sizing)
         return batch

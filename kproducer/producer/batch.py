@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from ..protocol.compression import CODEC_NONE
 from ..protocol.records import (
@@ -21,6 +21,7 @@ from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
 
 if TYPE_CHECKING:
+    from .buffer_pool import BufferPool
     from .compression_ratio import BatchSizing
 
 Header = Tuple[str, Optional[bytes]]
@@ -37,7 +38,7 @@ class ProducerBatch:
         "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
-        "pooled", "give_back", "_view",
+        "pool", "_view",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
@@ -82,10 +83,10 @@ class ProducerBatch:
         self.grown = False
         #: a compressed batch closed because it reached batch.size by the estimate (its ratio is representative)
         self.filled = False
-        #: the builder writes into a BufferPool buffer (given back by :meth:`release`; never trimmed)
-        self.pooled = False
-        #: where a pooled buffer goes back early (BufferPool.deallocate): when a compressed batch outgrows it
-        self.give_back: Optional[Callable[[int, Optional[bytearray]], None]] = None
+        #: the BufferPool whose buffer the builder writes into (None: the builder's own storage); the buffer
+        #: goes back by :meth:`release` (finished), or earlier: see :meth:`close_for_appends`, :meth:`records`
+        #: and :meth:`grow`
+        self.pool: Optional["BufferPool"] = None
         #: the view of the records lent to produce requests (request_records); released by :meth:`release`
         self._view: Optional[memoryview] = None
 
@@ -164,7 +165,7 @@ class ProducerBatch:
         builder.capacity = limit
         self.compression_ratio = ratio
         self.grown = True
-        if self.pooled:
+        if self.pool is not None:
             self._leave_pool_buffer(limit - RECORD_BATCH_OVERHEAD)
         return True
 
@@ -173,10 +174,10 @@ class ProducerBatch:
         its new room and give the pool buffer back now, for the next batch, with its batch.size reservation
         (replaced by an extra reservation of the same size, if the pool has it free right now; else the batch
         keeps writing into the pool buffer, which grows in place and is not reused)."""
-        give_back = self.give_back
+        pool = self.pool
         sizing = self.sizing
         size = self.reserved_bytes
-        if give_back is None or sizing is None or size <= 0 or not sizing.try_allocate(size):
+        if pool is None or sizing is None or size <= 0 or not sizing.try_allocate(size):
             return
         builder = self.builder
         old = builder._buf
@@ -187,9 +188,8 @@ class ProducerBatch:
         builder._buf = new
         self.extra_bytes += size
         self.reserved_bytes = 0
-        self.pooled = False
-        self.give_back = None
-        give_back(size, old)
+        self.pool = None
+        pool.deallocate(size, old)
 
     def take_memory_of(self, other: "ProducerBatch") -> None:
         """After a split, this part holds the memory the original batch reserved."""
@@ -204,18 +204,28 @@ class ProducerBatch:
         return out
 
     def close_for_appends(self) -> None:
-        """No more appends. A builder's own storage (not a pooled buffer: a large record's, a compressed batch
-        that grew, a split's part) is trimmed to its records when it has more than ``_TRIM_SLACK`` bytes of
-        room left (it grows by doubling, memory that buffer.memory does not count): one copy of the batch, so
-        that queued batches hold what they reserved. A pooled buffer stays: the pool counts all of it."""
+        """No more appends. The records' storage is trimmed to them when it has more than ``_TRIM_SLACK`` bytes
+        of room left (one copy of the batch), so that queued batches hold what they use: a builder's own
+        storage (a large record's, a compressed batch that grew, a split's part) grows by doubling, memory
+        buffer.memory does not count; an uncompressed batch closed early (linger.ms, a flush) leaves most of
+        its pool buffer empty: the buffer goes back to the pool at once, for the next batch, and the batch
+        keeps a reservation of what it holds (BufferPool.exchange). A compressed batch keeps its buffer until
+        it is compressed (:meth:`records`)."""
         if self.closed:
             return
         self.closed = True
         builder = self.builder
         buf = builder._buf
-        if not self.pooled and sys.getsizeof(buf) - builder._len > _TRIM_SLACK and self._view is None:
-            with builder.records_view() as view:
-                builder._buf = bytearray(view)
+        if sys.getsizeof(buf) - builder._len <= _TRIM_SLACK or self._view is not None:
+            return
+        pool = self.pool
+        if pool is not None and builder.compression != CODEC_NONE:
+            return
+        with builder.records_view() as view:
+            builder._buf = bytearray(view)
+        if pool is not None:
+            self.pool = None
+            self.reserved_bytes = pool.exchange(self.reserved_bytes, buf, RECORD_BATCH_OVERHEAD + builder._len)
 
     # -- producer state (idempotence) --------------------------------------------------------
 
@@ -252,6 +262,12 @@ class ProducerBatch:
                 if raw > 0:
                     sizing.estimator.observe(self.topic, sizing.codec, (len(built) - RECORD_BATCH_OVERHEAD) / raw,
                                              self.filled)
+            pool = self.pool
+            if pool is not None and self.closed and self.builder.compression != CODEC_NONE:
+                # compressed: the wire bytes are a separate object (cached in the builder for rebuilds), so the
+                # uncompressed pool buffer goes back now; the batch keeps a reservation of the compressed size
+                self.pool = None
+                self.reserved_bytes = pool.exchange(self.reserved_bytes, self.builder.detach_buffer(), len(built))
         return built
 
     def request_records(self) -> Union[bytes, Tuple[bytes, memoryview]]:
@@ -383,7 +399,8 @@ class ProducerBatch:
             except BufferError:
                 builder.release()
                 return None
-        buf = builder.detach_buffer()
+        buf = builder.detach_buffer() if self.pool is not None else None
+        self.pool = None
         builder.release()
         return buf
 

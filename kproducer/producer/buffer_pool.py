@@ -209,6 +209,35 @@ class BufferPool:
         if on_free is not None:
             on_free()
 
+    def exchange(self, size: int, buffer: Optional[bytearray], keep: int) -> int:
+        """A batch swaps its reservation of ``size`` bytes (and its pool buffer) for one of ``keep`` bytes (what
+        replaces the buffer: its records trimmed, or compressed), never blocking: the buffer goes to the free
+        list as by :meth:`deallocate` (dropped instead when the pool has too little memory left to give the
+        batch ``keep`` bytes without it). Returns the batch's new reservation (``size`` unchanged, buffer kept,
+        when ``keep >= size``)."""
+        if keep >= size:
+            return size
+        pooled = (buffer is not None and size == self.poolable_size and len(buffer) == self.buffer_size
+                  and self.buffer_size > 0)
+        dropped = pooled and in_use(buffer)  # type: ignore[arg-type]
+        with self._lock:
+            if dropped:
+                self.dropped_in_use += 1
+                pooled = False
+            if pooled and not self._closed:
+                self._free.append(buffer)  # type: ignore[arg-type]
+                self.buffers_returned += 1
+            else:
+                self._available += size
+            self._free_up(keep)  # the memory given back covers ``keep``: at worst the buffer is dropped here
+            self._available -= keep
+            if self._waiters:
+                self._waiters[0].cond.notify()
+        on_free = self.on_free
+        if on_free is not None:
+            on_free()
+        return keep
+
     def available_memory(self) -> int:
         """Memory not reserved by a batch (free buffers included), as Java's ``availableMemory()``."""
         with self._lock:

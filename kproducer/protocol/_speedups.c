@@ -271,13 +271,14 @@ static void RecordsBuffer_dealloc(RecordsBuffer *self) {
 static PyObject *str_try_append_py;
 
 /*
- * do_write: encode one record (length-prefixed) at the write position of self's buffer. The buffer grows
- * only when the record does not fit in it (a record larger than the room left, or a batch whose capacity
- * grew): to at least double its size, at most ``room`` bytes unless the record needs more. Returns the bytes
- * written; 0 when limit >= 0 and the records would pass it (nothing written); -1 when the Python encoder
- * must decide (unusual headers); -2 with an exception set.
+ * do_write: encode one record (length-prefixed) at the write position of self's buffer, in place. The
+ * buffer grows only when the record does not fit in it (a builder's own storage, a record larger than the
+ * room left, a batch whose capacity grew): to end at the record, as appending to a bytearray does (CPython
+ * over-allocates a growing bytearray). Returns the bytes written; 0 when limit >= 0 and the records would
+ * pass it (nothing written); -1 when the Python encoder must decide (unusual headers); -2 with an exception
+ * set.
  */
-static Py_ssize_t do_write(RecordsBuffer *self, Py_ssize_t limit, Py_ssize_t room, long long offset_delta,
+static Py_ssize_t do_write(RecordsBuffer *self, Py_ssize_t limit, long long offset_delta,
                            long long ts_delta, PyObject *key_obj, PyObject *value_obj, PyObject *headers) {
     rec_t r;
     PyObject *buf = self->buf;
@@ -292,12 +293,7 @@ static Py_ssize_t do_write(RecordsBuffer *self, Py_ssize_t limit, Py_ssize_t roo
             PyErr_SetString(PyExc_ValueError, "the batch's records were released; nothing can be appended");
             result = -2;
         } else {
-            if (end > size) {
-                Py_ssize_t grown = size < 128 ? 256 : size * 2;
-                if (grown > room) grown = room;
-                if (grown < end) grown = end;
-                if (PyByteArray_Resize(buf, grown) < 0) result = -2;
-            }
+            if (end > size && PyByteArray_Resize(buf, end) < 0) result = -2;
             if (result > 0) write_record(&r, PyByteArray_AS_STRING(buf) + pos);
         }
     }
@@ -315,9 +311,9 @@ static int append_one(RecordsBuffer *self, PyObject *ts_obj, long long ts, PyObj
     Py_ssize_t n;
     Py_ssize_t room = self->capacity - RECORD_BATCH_OVERHEAD;
     if (count) {
-        n = do_write(self, room, room, count, ts - self->base_ts, key, value, headers);
+        n = do_write(self, room, count, ts - self->base_ts, key, value, headers);
     } else {
-        n = do_write(self, -1, room, 0, 0, key, value, headers);
+        n = do_write(self, -1, 0, 0, key, value, headers);
     }
     if (n == -2) return -1;
     if (n == 0) return 0;

@@ -316,25 +316,28 @@ class _RecordsBufferPy:
         length = _VARINTS[n] if n < _TABLE_SIZE else _zigzag_varint(n)
         buf = self._buf
         pos = self._len
-        mid = pos + len(length)
-        end = mid + n
-        room = self.capacity - RECORD_BATCH_OVERHEAD
-        if count and end > room:
+        end = pos + len(length) + n
+        if count and end + RECORD_BATCH_OVERHEAD > self.capacity:
             return -1
         size = len(buf)
-        if end > size:
-            if pos > size:
-                raise ValueError("the batch's records were released; nothing can be appended")
-            # as the compiled twin: at least double, at most the room left unless the record needs more
-            grown = min(256 if size < 128 else size * 2, room)
-            buf.extend(bytes(max(grown, end) - size))
+        if pos == size:
+            # the storage ends at the records (a builder's own storage): append, the bytearray grows itself
+            buf += length
+            buf += record
+        elif end <= size:
+            # room left in the storage (a pool buffer): write in place
+            buf[pos:end] = length + record
+        elif pos > size:
+            raise ValueError("the batch's records were released; nothing can be appended")
+        else:
+            del buf[pos:]
+            buf += length
+            buf += record
         if count:
             if timestamp_ms > self._max_ts:
                 self._max_ts = timestamp_ms
         else:
             self._base_ts = self._max_ts = timestamp_ms
-        buf[pos:mid] = length
-        buf[mid:end] = record
         self._len = end
         self._count = count + 1
         return count

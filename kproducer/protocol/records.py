@@ -174,8 +174,9 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
-# Precomputed encodings of 0.._TABLE_SIZE-1: the hot path indexes these instead of encoding.
-_TABLE_SIZE = 1 << 14
+# Precomputed encodings of 0.._TABLE_SIZE-1: the pure-Python hot path indexes these instead of encoding. With the
+# compiled builder they serve only the rare records it hands to Python: small tables (the full ones are 1.4 MB).
+_TABLE_SIZE = 1 << 14 if speedups is None else 1 << 7
 _VARINTS: Tuple[bytes, ...] = tuple(_zigzag_varint(i) for i in range(_TABLE_SIZE))
 # record attributes byte (always 0) followed by the timestamp delta
 _ATTRS_TS: Tuple[bytes, ...] = tuple(b"\x00" + v for v in _VARINTS)

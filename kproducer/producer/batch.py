@@ -206,8 +206,8 @@ class ProducerBatch:
     def close_for_appends(self) -> None:
         """No more appends. The records' storage is trimmed to them when it has more than ``_TRIM_SLACK`` bytes
         of room left (one copy of the batch), so that queued batches hold what they use: a builder's own
-        storage (a large record's, a compressed batch that grew, a split's part) grows by doubling, memory
-        buffer.memory does not count; an uncompressed batch closed early (linger.ms, a flush) leaves most of
+        storage (a large record's, a compressed batch that grew in place, a split's part) grows as a bytearray
+        does, over-allocating, memory buffer.memory does not count; an uncompressed batch closed early (linger.ms, a flush) leaves most of
         its pool buffer empty: the buffer goes back to the pool at once, for the next batch, and the batch
         keeps a reservation of what it holds (BufferPool.exchange). A compressed batch keeps its buffer until
         it is compressed (:meth:`records`)."""

@@ -27,9 +27,10 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "unit"))
 
-from scripted import Harness, ScriptedSelector, SentRequest, _Conn  # noqa: E402
+from scripted import Harness, ScriptedSelector, SentRequest  # noqa: E402
 
 from kproducer.protocol import messages as m  # noqa: E402
+from kproducer.testing.scripted import _Conn  # noqa: E402
 
 TOPIC = "bench"
 PARTITIONS = 6

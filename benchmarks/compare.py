@@ -151,9 +151,12 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     t1, c1 = time.perf_counter(), time.process_time()
     m = p.metrics()
     p.close()
+    pool = getattr(p, "_pool", None)
+    pooled = ({"reused": pool.buffers_reused, "created": pool.buffers_created, "returned": pool.buffers_returned,
+               "dropped_in_use": pool.dropped_in_use} if hasattr(pool, "buffers_reused") else None)
     return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup,
             "errors": int(m.get("record-error-total", 0)), "idempotent": p.config.enable_idempotence,
-            "impl": IMPLEMENTATION}
+            "impl": IMPLEMENTATION, "buffer_pool": pooled}
 
 
 def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:

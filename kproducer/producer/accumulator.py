@@ -201,28 +201,32 @@ class RecordAccumulator:
         """Reserve memory for a new batch big enough for this record (may block up to ``max_block_ms``) and
         queue the batch; False when another thread opened one meanwhile (that one is used instead)."""
         size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
-        reserved = self.free.allocate(size, max_block_ms)
+        reserved, buf = self.free.allocate_buffer(size, max_block_ms)
         with self._lock:
             if self._closed:
-                self.free.deallocate(reserved)
+                self.free.deallocate(reserved, buf)
                 raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
             dq = self._batches.get(tp)
             if dq is None:
                 dq = self._batches[tp] = deque()
             elif dq and not dq[-1].closed:
-                self.free.deallocate(reserved)
+                self.free.deallocate(reserved, buf)
                 return False
-            batch = self._new_batch(tp, now_ms, reserved)
+            batch = self._new_batch(tp, now_ms, reserved, buf)
             dq.append(batch)
             with self._incomplete_lock:
                 self._incomplete.add(batch)
             return True
 
-    def _new_batch(self, tp: TopicPartition, now_ms: float, reserved: int) -> ProducerBatch:
+    def _new_batch(self, tp: TopicPartition, now_ms: float, reserved: int,
+                   buf: Optional[bytearray] = None) -> ProducerBatch:
         """A new, empty batch for new records: the one place their batches are made (and sized). A compressed
-        one is full at batch.size estimated *compressed* bytes."""
-        builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level)
+        one is full at batch.size estimated *compressed* bytes. ``buf``: the BufferPool buffer its records are
+        written into (the batch gives it back when it is finished, see ProducerBatch.release)."""
+        builder = RecordBatchBuilder(self.batch_size, self.compression, self.compression_level, buf)
         batch = ProducerBatch(tp[0], tp[1], builder, now_ms, reserved)
+        if buf is not None:
+            batch.pool = self.free
         if self._sizing is not None:
             batch.compress_by_estimate(self._sizing)
         return batch
@@ -485,9 +489,9 @@ class RecordAccumulator:
         """Forget a completed batch, drop its record bytes and give its memory back."""
         with self._incomplete_lock:
             self._incomplete.discard(batch)
-        batch.release()
+        buf = batch.release()
         reserved, extra = batch.memory_to_release()
-        self.free.deallocate(reserved)
+        self.free.deallocate(reserved, buf)
         self.free.deallocate(extra)
 
     def incomplete_batches(self) -> List[ProducerBatch]:

@@ -21,6 +21,7 @@ from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
 
 if TYPE_CHECKING:
+    from .buffer_pool import BufferPool
     from .compression_ratio import BatchSizing
 
 Header = Tuple[str, Optional[bytes]]
@@ -37,6 +38,7 @@ class ProducerBatch:
         "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
+        "pool", "_view",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
@@ -81,6 +83,12 @@ class ProducerBatch:
         self.grown = False
         #: a compressed batch closed because it reached batch.size by the estimate (its ratio is representative)
         self.filled = False
+        #: the BufferPool whose buffer the builder writes into (None: the builder's own storage); the buffer
+        #: goes back by :meth:`release` (finished), or earlier: see :meth:`close_for_appends`, :meth:`records`
+        #: and :meth:`grow`
+        self.pool: Optional["BufferPool"] = None
+        #: the view of the records lent to produce requests (request_records); released by :meth:`release`
+        self._view: Optional[memoryview] = None
 
     def compress_by_estimate(self, sizing: "BatchSizing") -> None:
         """Make this (new, compressed) batch full at batch.size *estimated compressed* bytes: its builder gets
@@ -157,7 +165,31 @@ class ProducerBatch:
         builder.capacity = limit
         self.compression_ratio = ratio
         self.grown = True
+        if self.pool is not None:
+            self._leave_pool_buffer(limit - RECORD_BATCH_OVERHEAD)
         return True
+
+    def _leave_pool_buffer(self, room: int) -> None:
+        """A compressed batch outgrew its pool buffer (batch.size - 61 bytes): move its records to storage of
+        its new room and give the pool buffer back now, for the next batch, with its batch.size reservation
+        (replaced by an extra reservation of the same size, if the pool has it free right now; else the batch
+        keeps writing into the pool buffer, which grows in place and is not reused)."""
+        pool = self.pool
+        sizing = self.sizing
+        size = self.reserved_bytes
+        if pool is None or sizing is None or size <= 0 or not sizing.try_allocate(size):
+            return
+        builder = self.builder
+        old = builder._buf
+        used = builder._len
+        new = bytearray(max(room, used))
+        with memoryview(old) as whole:
+            new[:used] = whole[:used]
+        builder._buf = new
+        self.extra_bytes += size
+        self.reserved_bytes = 0
+        self.pool = None
+        pool.deallocate(size, old)
 
     def take_memory_of(self, other: "ProducerBatch") -> None:
         """After a split, this part holds the memory the original batch reserved."""
@@ -172,16 +204,28 @@ class ProducerBatch:
         return out
 
     def close_for_appends(self) -> None:
-        """No more appends. The records' bytearray is trimmed to their size when it grew more than
-        ``_TRIM_SLACK`` bytes beyond them (a bytearray over-allocates by up to ~1/8 as it grows, memory that
-        buffer.memory does not count): one copy of the batch, so that queued batches hold what they reserved."""
+        """No more appends. The records' storage is trimmed to them when it has more than ``_TRIM_SLACK`` bytes
+        of room left (one copy of the batch), so that queued batches hold what they use: a builder's own
+        storage (a large record's, a compressed batch that grew in place, a split's part) grows as a bytearray
+        does, over-allocating, memory buffer.memory does not count; an uncompressed batch closed early (linger.ms, a flush) leaves most of
+        its pool buffer empty: the buffer goes back to the pool at once, for the next batch, and the batch
+        keeps a reservation of what it holds (BufferPool.exchange). A compressed batch keeps its buffer until
+        it is compressed (:meth:`records`)."""
         if self.closed:
             return
         self.closed = True
         builder = self.builder
         buf = builder._buf
-        if sys.getsizeof(buf) - len(buf) > _TRIM_SLACK:
-            builder._buf = bytearray(buf)
+        if sys.getsizeof(buf) - builder._len <= _TRIM_SLACK or self._view is not None:
+            return
+        pool = self.pool
+        if pool is not None and builder.compression != CODEC_NONE:
+            return
+        with builder.records_view() as view:
+            builder._buf = bytearray(view)
+        if pool is not None:
+            self.pool = None
+            self.reserved_bytes = pool.exchange(self.reserved_bytes, buf, RECORD_BATCH_OVERHEAD + builder._len)
 
     # -- producer state (idempotence) --------------------------------------------------------
 
@@ -218,6 +262,12 @@ class ProducerBatch:
                 if raw > 0:
                     sizing.estimator.observe(self.topic, sizing.codec, (len(built) - RECORD_BATCH_OVERHEAD) / raw,
                                              self.filled)
+            pool = self.pool
+            if pool is not None and self.closed and self.builder.compression != CODEC_NONE:
+                # compressed: the wire bytes are a separate object (cached in the builder for rebuilds), so the
+                # uncompressed pool buffer goes back now; the batch keeps a reservation of the compressed size
+                self.pool = None
+                self.reserved_bytes = pool.exchange(self.reserved_bytes, self.builder.detach_buffer(), len(built))
         return built
 
     def request_records(self) -> Union[bytes, Tuple[bytes, memoryview]]:
@@ -227,7 +277,9 @@ class ProducerBatch:
         builder = self.builder
         if builder.compression != CODEC_NONE or self._built is not None or self.sizing is not None:
             return self.records()
-        buf = builder._buf
+        view = self._view
+        if view is None:
+            view = self._view = builder.records_view()
         head = self._head
         if head is None:
             count = builder.record_count
@@ -237,9 +289,9 @@ class ProducerBatch:
                     builder.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, count)
             except struct.error:
                 return self.records()  # out-of-range producer state: build() says what is wrong
-            crc = crc32c(buf, crc32c(body_header))
-            head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + len(buf), -1, MAGIC, crc) + body_header
-        return head, memoryview(buf)
+            crc = crc32c(view, crc32c(body_header))
+            head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + view.nbytes, -1, MAGIC, crc) + body_header
+        return head, view
 
     # -- retries and expiry ------------------------------------------------------------------
 
@@ -324,14 +376,33 @@ class ProducerBatch:
             if not new_batch.add_thunk(callback, fut):
                 fut.fire(callback, new_batch)
         self._settle()
+        # the parts hold copies of the records (and this batch's memory reservation): its buffer is dropped
+        self.release()
 
-    def release(self) -> None:
+    def release(self) -> Optional[bytearray]:
         """Drop the record bytes of a completed batch (futures keep only offsets and sizes), so that
-        completed batches a caller still references do not hold on to the payloads."""
-        if self._done:
-            self._built = None
-            self._head = None
-            self.builder.release()
+        completed batches a caller still references do not hold on to the payloads. Returns the builder's
+        storage for the BufferPool, after releasing the view lent to produce requests (their bytes were
+        copied into the request when it was encoded; a later use of that view raises ValueError instead of
+        reading another batch's records). None when the batch is not done, or the view could not be released
+        (something still exports it: the storage must not be reused)."""
+        if not self._done:
+            return None
+        self._built = None
+        self._head = None
+        builder = self.builder
+        view = self._view
+        if view is not None:
+            self._view = None
+            try:
+                view.release()
+            except BufferError:
+                builder.release()
+                return None
+        buf = builder.detach_buffer() if self.pool is not None else None
+        self.pool = None
+        builder.release()
+        return buf
 
     def __repr__(self) -> str:
         return (f"<ProducerBatch {self.topic}-{self.partition} records={self.record_count} "

@@ -4,9 +4,11 @@
  * Everything here has a pure-Python twin that behaves the same (identical bytes, same attributes); the
  * Python modules pick this module when it imported and KPRODUCER_PURE_PYTHON is not set
  * (kproducer/protocol/accel.py). Types:
- *   RecordsBuffer(capacity)   base class of records.RecordBatchBuilder: the encoded records of one batch,
- *                             try_append(timestamp_ms, key, value, headers) and extend(...) encode records
- *                             (twin: records._RecordsBufferPy)
+ *   RecordsBuffer(capacity, buffer=None)
+ *                             base class of records.RecordBatchBuilder: the encoded records of one batch,
+ *                             written in place into a bytearray (_buf, often a BufferPool buffer) up to a
+ *                             write position (_len); try_append(timestamp_ms, key, value, headers) and
+ *                             extend(...) encode records (twin: records._RecordsBufferPy)
  *   FutureBase(...)           base class of future.FutureRecordMetadata: the per-record fields
  *                             (twin: future._FutureFieldsPy)
  * Functions:
@@ -73,123 +75,147 @@ static void release_blob(blob *b) {
 
 #define MAX_FAST_HEADERS 32
 
-/*
- * do_append: encode one record (length-prefixed) at the end of bytearray buf.
- * Returns the bytes appended; 0 when limit >= 0 and it would not fit (nothing appended); -1 when the
- * Python encoder must decide (unusual headers); -2 with an exception set.
- */
-static Py_ssize_t do_append(PyObject *buf, Py_ssize_t limit, long long offset_delta, long long ts_delta,
-                            PyObject *key_obj, PyObject *value_obj, PyObject *headers) {
+/* One record being encoded: its arguments' buffers (held until release_record) and sizes. */
+typedef struct {
     blob key, value;
-    if (get_blob(key_obj, &key, "key") < 0) return -2;
-    if (get_blob(value_obj, &value, "value") < 0) {
-        release_blob(&key);
-        return -2;
-    }
-
-    Py_ssize_t result = -2;
-    PyObject *hseq = NULL;
-    Py_ssize_t nh = 0;
+    PyObject *hseq;
+    Py_ssize_t nh, nh_acquired;
     const char *hkey[MAX_FAST_HEADERS];
     Py_ssize_t hklen[MAX_FAST_HEADERS];
     blob hval[MAX_FAST_HEADERS];
-    Py_ssize_t nh_acquired = 0;
+    uint64_t body;
+    long long offset_delta, ts_delta;
+} rec_t;
 
+static void release_record(rec_t *r) {
+    for (Py_ssize_t i = 0; i < r->nh_acquired; i++) release_blob(&r->hval[i]);
+    Py_XDECREF(r->hseq);
+    release_blob(&r->key);
+    release_blob(&r->value);
+}
+
+/*
+ * prepare_record: acquire the record's buffers and size it. Returns the encoded size (length varint
+ * included); -1 when the Python encoder must decide (unusual headers); -2 with an exception set. In every
+ * case the caller calls release_record(r) afterwards.
+ */
+static Py_ssize_t prepare_record(rec_t *r, long long offset_delta, long long ts_delta, PyObject *key_obj,
+                                 PyObject *value_obj, PyObject *headers) {
+    r->hseq = NULL;
+    r->nh = r->nh_acquired = 0;
+    r->key.present = r->value.present = 0;
+    r->offset_delta = offset_delta;
+    r->ts_delta = ts_delta;
+    if (get_blob(key_obj, &r->key, "key") < 0) return -2;
+    if (get_blob(value_obj, &r->value, "value") < 0) return -2;
     if (headers != Py_None) {
-        hseq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
-        if (hseq == NULL) goto done;
-        nh = PySequence_Fast_GET_SIZE(hseq);
-        if (nh > MAX_FAST_HEADERS) {
-            result = -1; /* rare: let the Python implementation handle it */
-            goto done;
-        }
+        r->hseq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
+        if (r->hseq == NULL) return -2;
+        r->nh = PySequence_Fast_GET_SIZE(r->hseq);
+        if (r->nh > MAX_FAST_HEADERS) return -1; /* rare: let the Python implementation handle it */
     }
-
     /* body size (everything after the length varint) */
     uint64_t body = 1 /* attributes */ + varint_size(zigzag64(ts_delta)) + varint_size(zigzag64(offset_delta));
-    if (key.present)
-        body += varint_size(zigzag64(key.view.len)) + key.view.len;
+    if (r->key.present)
+        body += varint_size(zigzag64(r->key.view.len)) + r->key.view.len;
     else
         body += 1;
-    if (value.present)
-        body += varint_size(zigzag64(value.view.len)) + value.view.len;
+    if (r->value.present)
+        body += varint_size(zigzag64(r->value.view.len)) + r->value.view.len;
     else
         body += 1;
-    body += varint_size(zigzag64(nh));
-    for (Py_ssize_t i = 0; i < nh; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(hseq, i);
+    body += varint_size(zigzag64(r->nh));
+    for (Py_ssize_t i = 0; i < r->nh; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(r->hseq, i);
         PyObject *hk, *hv;
         if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
             hk = PyTuple_GET_ITEM(pair, 0);
             hv = PyTuple_GET_ITEM(pair, 1);
         } else {
-            result = -1; /* unusual shape: the Python path decides */
-            goto done;
+            return -1; /* unusual shape: the Python path decides */
         }
         if (!PyUnicode_Check(hk)) {
             PyErr_Format(PyExc_TypeError, "header keys must be str, got %.100s", Py_TYPE(hk)->tp_name);
-            goto done;
+            return -2;
         }
-        hkey[i] = PyUnicode_AsUTF8AndSize(hk, &hklen[i]);
-        if (hkey[i] == NULL) goto done;
-        if (get_blob(hv, &hval[i], "header value") < 0) goto done;
-        nh_acquired = i + 1;
-        body += varint_size(zigzag64(hklen[i])) + hklen[i];
-        if (hval[i].present)
-            body += varint_size(zigzag64(hval[i].view.len)) + hval[i].view.len;
+        r->hkey[i] = PyUnicode_AsUTF8AndSize(hk, &r->hklen[i]);
+        if (r->hkey[i] == NULL) return -2;
+        if (get_blob(hv, &r->hval[i], "header value") < 0) return -2;
+        r->nh_acquired = i + 1;
+        body += varint_size(zigzag64(r->hklen[i])) + r->hklen[i];
+        if (r->hval[i].present)
+            body += varint_size(zigzag64(r->hval[i].view.len)) + r->hval[i].view.len;
         else
             body += 1;
     }
     if (body > 0x7FFFFFFF) {
         PyErr_SetString(PyExc_ValueError, "record is larger than 2 GiB");
-        goto done;
+        return -2;
     }
-    Py_ssize_t total = (Py_ssize_t)(varint_size(zigzag64((int64_t)body)) + body);
-    Py_ssize_t old = PyByteArray_GET_SIZE(buf);
-    if (limit >= 0 && old + total > limit) {
-        result = 0;
-        goto done;
-    }
-    if (PyByteArray_Resize(buf, old + total) < 0) goto done;
-    char *p = PyByteArray_AS_STRING(buf) + old;
-    p = put_varint(p, zigzag64((int64_t)body));
+    r->body = body;
+    return (Py_ssize_t)(varint_size(zigzag64((int64_t)body)) + body);
+}
+
+/* write_record: the prepared record at p (room for its whole size). */
+static void write_record(const rec_t *r, char *p) {
+    p = put_varint(p, zigzag64((int64_t)r->body));
     *p++ = 0; /* attributes */
-    p = put_varint(p, zigzag64(ts_delta));
-    p = put_varint(p, zigzag64(offset_delta));
-    if (key.present) {
-        p = put_varint(p, zigzag64(key.view.len));
-        memcpy(p, key.view.buf, key.view.len);
-        p += key.view.len;
+    p = put_varint(p, zigzag64(r->ts_delta));
+    p = put_varint(p, zigzag64(r->offset_delta));
+    if (r->key.present) {
+        p = put_varint(p, zigzag64(r->key.view.len));
+        memcpy(p, r->key.view.buf, r->key.view.len);
+        p += r->key.view.len;
     } else {
         *p++ = 1; /* zigzag(-1) */
     }
-    if (value.present) {
-        p = put_varint(p, zigzag64(value.view.len));
-        memcpy(p, value.view.buf, value.view.len);
-        p += value.view.len;
+    if (r->value.present) {
+        p = put_varint(p, zigzag64(r->value.view.len));
+        memcpy(p, r->value.view.buf, r->value.view.len);
+        p += r->value.view.len;
     } else {
         *p++ = 1;
     }
-    p = put_varint(p, zigzag64(nh));
-    for (Py_ssize_t i = 0; i < nh; i++) {
-        p = put_varint(p, zigzag64(hklen[i]));
-        memcpy(p, hkey[i], hklen[i]);
-        p += hklen[i];
-        if (hval[i].present) {
-            p = put_varint(p, zigzag64(hval[i].view.len));
-            memcpy(p, hval[i].view.buf, hval[i].view.len);
-            p += hval[i].view.len;
+    p = put_varint(p, zigzag64(r->nh));
+    for (Py_ssize_t i = 0; i < r->nh; i++) {
+        p = put_varint(p, zigzag64(r->hklen[i]));
+        memcpy(p, r->hkey[i], r->hklen[i]);
+        p += r->hklen[i];
+        if (r->hval[i].present) {
+            p = put_varint(p, zigzag64(r->hval[i].view.len));
+            memcpy(p, r->hval[i].view.buf, r->hval[i].view.len);
+            p += r->hval[i].view.len;
         } else {
             *p++ = 1;
         }
     }
-    result = total;
+}
 
-done:
-    for (Py_ssize_t i = 0; i < nh_acquired; i++) release_blob(&hval[i]);
-    Py_XDECREF(hseq);
-    release_blob(&key);
-    release_blob(&value);
+/*
+ * do_append: encode one record (length-prefixed) at the end of bytearray buf (growing it).
+ * Returns the bytes appended; 0 when limit >= 0 and it would not fit (nothing appended); -1 when the
+ * Python encoder must decide (unusual headers); -2 with an exception set.
+ * (RecordsBuffer itself writes into its fixed buffer with do_write.)
+ */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((unused))
+#endif
+static Py_ssize_t do_append(PyObject *buf, Py_ssize_t limit, long long offset_delta, long long ts_delta,
+                            PyObject *key_obj, PyObject *value_obj, PyObject *headers) {
+    rec_t r;
+    Py_ssize_t result = prepare_record(&r, offset_delta, ts_delta, key_obj, value_obj, headers);
+    if (result > 0) {
+        Py_ssize_t total = result;
+        Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+        if (limit >= 0 && old + total > limit) {
+            result = 0;
+        } else if (PyByteArray_Resize(buf, old + total) < 0) {
+            result = -2;
+        } else {
+            write_record(&r, PyByteArray_AS_STRING(buf) + old);
+        }
+    }
+    release_record(&r);
     return result;
 }
 
@@ -201,19 +227,33 @@ done:
 
 typedef struct {
     PyObject_HEAD
-    PyObject *buf; /* bytearray */
+    PyObject *buf; /* bytearray: the storage, written from its start; its length is the room, not the records */
+    Py_ssize_t len; /* bytes of encoded records in buf (the write position) */
     Py_ssize_t capacity;
     long long count;
     long long base_ts;
     long long max_ts;
 } RecordsBuffer;
 
+/* RecordsBuffer(capacity, buffer=None): buffer is a bytearray to write into (e.g. one from the BufferPool),
+   whatever it holds; None starts with an empty one that grows as records come. */
 static int RecordsBuffer_init(RecordsBuffer *self, PyObject *args, PyObject *kwds) {
     Py_ssize_t capacity;
-    if (!PyArg_ParseTuple(args, "n", &capacity)) return -1;
-    PyObject *buf = PyByteArray_FromStringAndSize(NULL, 0);
-    if (buf == NULL) return -1;
+    PyObject *given = Py_None;
+    if (!PyArg_ParseTuple(args, "n|O", &capacity, &given)) return -1;
+    PyObject *buf;
+    if (given == Py_None) {
+        buf = PyByteArray_FromStringAndSize(NULL, 0);
+        if (buf == NULL) return -1;
+    } else if (PyByteArray_CheckExact(given)) {
+        buf = Py_NewRef(given);
+    } else {
+        PyErr_Format(PyExc_TypeError, "RecordsBuffer's buffer must be a bytearray or None, got %.100s",
+                     Py_TYPE(given)->tp_name);
+        return -1;
+    }
     Py_XSETREF(self->buf, buf);
+    self->len = 0;
     self->capacity = capacity;
     self->count = 0;
     self->base_ts = -1;
@@ -231,6 +271,37 @@ static void RecordsBuffer_dealloc(RecordsBuffer *self) {
 static PyObject *str_try_append_py;
 
 /*
+ * do_write: encode one record (length-prefixed) at the write position of self's buffer, in place. The
+ * buffer grows only when the record does not fit in it (a builder's own storage, a record larger than the
+ * room left, a batch whose capacity grew): to end at the record, as appending to a bytearray does (CPython
+ * over-allocates a growing bytearray). Returns the bytes written; 0 when limit >= 0 and the records would
+ * pass it (nothing written); -1 when the Python encoder must decide (unusual headers); -2 with an exception
+ * set.
+ */
+static Py_ssize_t do_write(RecordsBuffer *self, Py_ssize_t limit, long long offset_delta,
+                           long long ts_delta, PyObject *key_obj, PyObject *value_obj, PyObject *headers) {
+    rec_t r;
+    PyObject *buf = self->buf;
+    Py_ssize_t pos = self->len;
+    Py_ssize_t result = prepare_record(&r, offset_delta, ts_delta, key_obj, value_obj, headers);
+    if (result > 0) {
+        Py_ssize_t end = pos + result;
+        Py_ssize_t size = PyByteArray_GET_SIZE(buf);
+        if (limit >= 0 && end > limit) {
+            result = 0;
+        } else if (pos > size) {
+            PyErr_SetString(PyExc_ValueError, "the batch's records were released; nothing can be appended");
+            result = -2;
+        } else {
+            if (end > size && PyByteArray_Resize(buf, end) < 0) result = -2;
+            if (result > 0) write_record(&r, PyByteArray_AS_STRING(buf) + pos);
+        }
+    }
+    release_record(&r);
+    return result;
+}
+
+/*
  * append_one: one record into the buffer, updating count and timestamps.
  * Returns 1 when appended, 0 when it does not fit, -1 with an exception set.
  */
@@ -238,11 +309,11 @@ static int append_one(RecordsBuffer *self, PyObject *ts_obj, long long ts, PyObj
                       PyObject *headers) {
     long long count = self->count;
     Py_ssize_t n;
+    Py_ssize_t room = self->capacity - RECORD_BATCH_OVERHEAD;
     if (count) {
-        n = do_append(self->buf, self->capacity - RECORD_BATCH_OVERHEAD, count, ts - self->base_ts, key, value,
-                      headers);
+        n = do_write(self, room, count, ts - self->base_ts, key, value, headers);
     } else {
-        n = do_append(self->buf, -1, 0, 0, key, value, headers);
+        n = do_write(self, -1, 0, 0, key, value, headers);
     }
     if (n == -2) return -1;
     if (n == 0) return 0;
@@ -256,6 +327,7 @@ static int append_one(RecordsBuffer *self, PyObject *ts_obj, long long ts, PyObj
         if (d == -1 && PyErr_Occurred()) return -1;
         return d >= 0 ? 1 : 0;
     }
+    self->len += n;
     if (count == 0) {
         self->base_ts = self->max_ts = ts;
     } else if (ts > self->max_ts) {
@@ -336,7 +408,8 @@ static PyMethodDef RecordsBuffer_methods[] = {
 };
 
 static PyMemberDef RecordsBuffer_members[] = {
-    {"_buf", T_OBJECT_EX, offsetof(RecordsBuffer, buf), 0, "encoded records"},
+    {"_buf", T_OBJECT_EX, offsetof(RecordsBuffer, buf), 0, "the storage of the encoded records (bytearray)"},
+    {"_len", T_PYSSIZET, offsetof(RecordsBuffer, len), 0, "bytes of encoded records at the start of _buf"},
     {"capacity", T_PYSSIZET, offsetof(RecordsBuffer, capacity), 0, "soft size limit of the batch"},
     {"_count", T_LONGLONG, offsetof(RecordsBuffer, count), 0, "records appended"},
     {"_base_ts", T_LONGLONG, offsetof(RecordsBuffer, base_ts), 0, "first timestamp"},

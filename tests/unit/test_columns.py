@@ -196,13 +196,19 @@ def test_send_columns_queues_what_send_batch_queues(env: Env, env2: Env, case: s
     partition = 4 if case == "partition" else None
     by_rows, by_columns = env.producer(), env2.producer()
     ts = 1_700_000_000_123
+    futures = []
     for lo, hi in ((0, 700), (700, n)):  # two calls: the sticky state carries over
-        by_rows.send_batch("t", values[lo:hi], keys[lo:hi] if keys else None, partition=partition, timestamp_ms=ts)
-        fut = send_columns(by_columns, "t", BinaryColumn.from_values(values[lo:hi]),
-                           BinaryColumn.from_values(keys[lo:hi]) if keys else None, partition, ts)
-        assert fut.count == hi - lo
+        a = by_rows.send_batch("t", values[lo:hi], keys[lo:hi] if keys else None, partition=partition,
+                               timestamp_ms=ts)
+        b = send_columns(by_columns, "t", BinaryColumn.from_values(values[lo:hi]),
+                         BinaryColumn.from_values(keys[lo:hi]) if keys else None, partition, ts)
+        assert b.count == hi - lo
+        futures.append((a, b))
     by_rows.flush(30)
     by_columns.flush(30)
+    for a, b in futures:  # each record's metadata, in input order
+        assert [(md.partition, md.offset) for md in b.get(5)] == [(md.partition, md.offset) for md in a.get(5)]
+        assert b.partition_offsets() == a.partition_offsets()
     expected, batches = _written(env)
     assert _written(env2)[0] == expected
     assert batches > 6 and sum(len(records) for records in expected.values()) == n

@@ -383,3 +383,11 @@ def test_writer_takes_the_columnar_path_unless_there_are_headers(tansu: Any, mon
     KafkaBatchWriter(off, ColumnPlan(False, False, False, False, topic)).write(iter([_batch(value=[b"z"])]))
     assert calls == []
     _producers.close_all()
+
+
+def test_columnar_option() -> None:
+    assert parse_options(dict(BOOT)).columnar is True
+    assert parse_options(dict(BOOT, **{"kproducer.columnar": "False"})).columnar is False
+    assert parse_options(dict(BOOT, **{"kproducer.columnar": " true "})).columnar is True
+    with pytest.raises(ConfigError, match="'kproducer.columnar' must be true or false, got 'maybe'"):
+        parse_options(dict(BOOT, **{"kproducer.columnar": "maybe"}))

@@ -238,3 +238,18 @@ def test_send_columns_needs_a_producer_without_per_record_settings(env: Env) -> 
     with_serializer = env.producer(value_serializer="str")
     with pytest.raises(ValueError, match="send_batch"):
         send_columns(with_serializer, "t", BinaryColumn.from_values([b"a"]))
+
+
+@pytest.mark.skipif(speedups is None, reason="compiled accelerator not built")
+def test_compiled_functions_check_their_arguments() -> None:
+    col = BinaryColumn.from_values([b"a"])
+    assert speedups is not None
+    fn = speedups.extend_columns  # (extend_columns() itself hands a pure-Python builder to the twin)
+    with pytest.raises(TypeError, match="BinaryColumn"):
+        fn(RecordBatchBuilder(100), 0, None, (b"", b""), range(1), 0)
+    with pytest.raises(TypeError, match="RecordsBuffer"):
+        fn(object(), 0, None, col, range(1), 0)
+    with pytest.raises(TypeError, match="int32"):
+        fn(RecordBatchBuilder(100), 0, None, col, array.array("q", [0]), 0)
+    with pytest.raises(ValueError, match="positive"):
+        column_partitions(col, 0)

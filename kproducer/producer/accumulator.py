@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Seque
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
 from ..errors import KafkaError, ProducerClosedError
+from ..protocol.columns import BinaryColumn, column_item, extend_columns
 from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
@@ -149,6 +150,43 @@ class RecordAccumulator:
         new, full, _fut = self._append((topic, partition), timestamp, keys, values, headers, indices, max_block_ms,
                                        now_ms, segments, False, None)
         return new or full
+
+    def append_columns(self, topic: str, partition: int, timestamp: int, keys: Optional[BinaryColumn],
+                       values: BinaryColumn, indices: Sequence[int], max_block_ms: float, now_ms: float,
+                       segments: List[Segment]) -> bool:
+        """:meth:`append_many` for rows of binary columns (kproducer.protocol.columns, no headers): the same
+        loop, with ``extend_columns`` encoding straight from the columns' buffers."""
+        tp = (topic, partition)
+        pos = 0
+        total = len(indices)
+        new = False
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+                dq = self._batches.get(tp)
+                last = dq[-1] if dq else None
+                if last is not None and not last.closed:
+                    start = pos
+                    first_delta = last.builder.record_count
+                    pos = extend_columns(last.builder, timestamp, keys, values, indices, pos)
+                    while pos < total and last.sizing is not None and last.grow():
+                        pos = extend_columns(last.builder, timestamp, keys, values, indices, pos)
+                    if pos > start:
+                        last.last_append_ms = now_ms
+                        segments.append((last, first_delta, pos - start, indices[start:pos]))
+                    if pos >= total:
+                        return new or len(dq) > 1 or last.is_full()  # type: ignore[arg-type]
+                    last.close_for_appends()
+                self._appends_in_progress += 1
+            try:
+                i = indices[pos]
+                if self._open_batch(tp, column_item(keys, i) if keys is not None else None, column_item(values, i),
+                                    None, max_block_ms, now_ms):
+                    new = True
+            finally:
+                with self._lock:
+                    self._appends_in_progress -= 1
 
     def _append(self, tp: TopicPartition, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
                 values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],

@@ -103,8 +103,12 @@ class StickyPartitioner:
              num_partitions: int) -> List[Tuple[int, int, int]]:
         """Partitions for consecutive records of ``sizes`` bytes, as ``(partition, start, stop)`` runs: the
         same choices as one :meth:`partition` + :meth:`record_appended` per record, computed per run."""
+        return self.runs_cumulative(topic, list(itertools.accumulate(sizes)), available, num_partitions)
+
+    def runs_cumulative(self, topic: str, cum: Sequence[int], available: Sequence[int],
+                        num_partitions: int) -> List[Tuple[int, int, int]]:
+        """:meth:`runs` given the running totals of the sizes (``cum[i]`` = bytes of records 0..i)."""
         out: List[Tuple[int, int, int]] = []
-        cum = list(itertools.accumulate(sizes))
         n = len(cum)
         start = 0
         while start < n:

@@ -683,11 +683,362 @@ static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(crc);
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Columnar records: keys and values as Arrow-style binary columns (offsets + data + validity bitmap),
+ * encoded by append_one() without a Python bytes object per row (twin: kproducer/protocol/columns.py).
+ *
+ * A column is the tuple columns.BinaryColumn(offsets, data, validity, offset, length, wide): offsets a buffer
+ * of int32 (wide: int64) with length + offset + 1 entries used, data the bytes they index, validity None or a
+ * bitmap (bit offset + i set: row i is not null), offset the first row's position in offsets/validity.
+ *
+ * RowView is one reusable bytes-like object whose buffer is set to a row's bytes before each append_one()
+ * call, so that the record encoder (do_append) is reused as it is.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    const char *ptr;
+    Py_ssize_t len;
+} RowView;
+
+static int RowView_getbuffer(RowView *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, (void *)self->ptr, self->len, 1, flags);
+}
+
+static PyBufferProcs RowView_as_buffer = {(getbufferproc)RowView_getbuffer, NULL};
+
+static PyTypeObject RowViewType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.RowView",
+    .tp_basicsize = sizeof(RowView),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One row of a binary column (internal).",
+    .tp_as_buffer = &RowView_as_buffer,
+};
+
+typedef struct {
+    Py_buffer offsets, data, validity;
+    int has_offsets, has_data, has_validity;
+    int wide;
+    Py_ssize_t offset, length;
+} column;
+
+static void release_column(column *c) {
+    if (c->has_offsets) PyBuffer_Release(&c->offsets);
+    if (c->has_data) PyBuffer_Release(&c->data);
+    if (c->has_validity) PyBuffer_Release(&c->validity);
+    c->has_offsets = c->has_data = c->has_validity = 0;
+}
+
+static int get_column(PyObject *obj, column *c, const char *what) {
+    memset(c, 0, sizeof(*c));
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 6) {
+        PyErr_Format(PyExc_TypeError, "%s must be a BinaryColumn(offsets, data, validity, offset, length, wide)",
+                     what);
+        return -1;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 0), &c->offsets, PyBUF_SIMPLE) < 0) goto fail;
+    c->has_offsets = 1;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 1), &c->data, PyBUF_SIMPLE) < 0) goto fail;
+    c->has_data = 1;
+    if (PyTuple_GET_ITEM(obj, 2) != Py_None) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 2), &c->validity, PyBUF_SIMPLE) < 0) goto fail;
+        c->has_validity = 1;
+    }
+    c->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 3));
+    if (c->offset == -1 && PyErr_Occurred()) goto fail;
+    c->length = PyLong_AsSsize_t(PyTuple_GET_ITEM(obj, 4));
+    if (c->length == -1 && PyErr_Occurred()) goto fail;
+    c->wide = PyObject_IsTrue(PyTuple_GET_ITEM(obj, 5));
+    if (c->wide < 0) goto fail;
+    Py_ssize_t width = c->wide ? 8 : 4;
+    if (c->offset < 0 || c->length < 0 || (c->offset + c->length + 1) * width > c->offsets.len ||
+        (c->has_validity && (c->offset + c->length + 7) / 8 > c->validity.len)) {
+        PyErr_Format(PyExc_ValueError, "%s: offsets or validity buffer too short for %zd rows at offset %zd", what,
+                     c->length, c->offset);
+        goto fail;
+    }
+    return 0;
+fail:
+    release_column(c);
+    return -1;
+}
+
+/* row i of c: 1 and ptr/len set, 0 when null, -1 with an exception (out of range, bad offsets) */
+static int column_row(column *c, Py_ssize_t i, const char **ptr, Py_ssize_t *len) {
+    if (i < 0 || i >= c->length) {
+        PyErr_Format(PyExc_IndexError, "row %zd is not in the column's %zd rows", i, c->length);
+        return -1;
+    }
+    Py_ssize_t j = c->offset + i;
+    if (c->has_validity && !((((const unsigned char *)c->validity.buf)[j >> 3] >> (j & 7)) & 1)) return 0;
+    long long lo, hi;
+    if (c->wide) {
+        int64_t a, b;
+        memcpy(&a, (const char *)c->offsets.buf + j * 8, 8);
+        memcpy(&b, (const char *)c->offsets.buf + j * 8 + 8, 8);
+        lo = a;
+        hi = b;
+    } else {
+        int32_t a, b;
+        memcpy(&a, (const char *)c->offsets.buf + j * 4, 4);
+        memcpy(&b, (const char *)c->offsets.buf + j * 4 + 4, 4);
+        lo = a;
+        hi = b;
+    }
+    if (lo < 0 || hi < lo || hi > c->data.len) {
+        PyErr_Format(PyExc_ValueError, "row %zd: offsets %lld..%lld outside the data buffer (%zd bytes)", i, lo, hi,
+                     c->data.len);
+        return -1;
+    }
+    *ptr = (const char *)c->data.buf + lo;
+    *len = (Py_ssize_t)(hi - lo);
+    return 1;
+}
+
+static RowView *new_row_view(void) {
+    if (!(RowViewType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&RowViewType) < 0) return NULL;
+    RowView *v = PyObject_New(RowView, &RowViewType);
+    if (v != NULL) {
+        v->ptr = "";
+        v->len = 0;
+    }
+    return v;
+}
+
+/* Row indices: a range, or a buffer of int32 (e.g. memoryview(...).cast("i")). */
+typedef struct {
+    Py_buffer view;
+    int has_view;
+    Py_ssize_t start, step, total;
+} row_indices;
+
+static int get_indices(PyObject *obj, row_indices *r) {
+    memset(r, 0, sizeof(*r));
+    if (PyRange_Check(obj)) {
+        PyObject *start = PyObject_GetAttrString(obj, "start");
+        PyObject *step = PyObject_GetAttrString(obj, "step");
+        if (start != NULL && step != NULL) {
+            r->start = PyLong_AsSsize_t(start);
+            r->step = PyLong_AsSsize_t(step);
+        }
+        Py_XDECREF(start);
+        Py_XDECREF(step);
+        if (start == NULL || step == NULL || PyErr_Occurred()) return -1;
+        r->total = PyObject_Size(obj);
+        return r->total < 0 ? -1 : 0;
+    }
+    if (PyObject_GetBuffer(obj, &r->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return -1;
+    r->has_view = 1;
+    if (r->view.itemsize != 4 || r->view.format == NULL || strchr(r->view.format, 'i') == NULL) {
+        PyBuffer_Release(&r->view);
+        r->has_view = 0;
+        PyErr_SetString(PyExc_TypeError, "indices must be a range or a buffer of int32 (format 'i')");
+        return -1;
+    }
+    r->total = r->view.len / 4;
+    return 0;
+}
+
+static inline Py_ssize_t index_at(row_indices *r, Py_ssize_t pos) {
+    if (r->has_view) {
+        int32_t v;
+        memcpy(&v, (const char *)r->view.buf + pos * 4, 4);
+        return v;
+    }
+    return r->start + pos * r->step;
+}
+
+/*
+ * extend_columns(builder, timestamp_ms, keys, values, indices, pos) -> next pos
+ * builder.extend() for columns: appends rows indices[pos], indices[pos+1], ... of keys (a BinaryColumn or
+ * None) and values (a BinaryColumn), without headers, with one timestamp, until the batch is full.
+ */
+static PyObject *extend_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "extend_columns(builder, timestamp_ms, keys, values, indices, pos)");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &RecordsBufferType)) {
+        PyErr_SetString(PyExc_TypeError, "extend_columns: builder must be a RecordsBuffer");
+        return NULL;
+    }
+    RecordsBuffer *self = (RecordsBuffer *)args[0];
+    if (check_buffer(self) < 0) return NULL;
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[5]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    column keys, values;
+    int has_keys = args[2] != Py_None;
+    if (has_keys && get_column(args[2], &keys, "keys") < 0) return NULL;
+    if (get_column(args[3], &values, "values") < 0) {
+        if (has_keys) release_column(&keys);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    row_indices rows;
+    RowView *kv = NULL, *vv = NULL;
+    int have_rows = get_indices(args[4], &rows) == 0;
+    if (!have_rows) goto done;
+    kv = new_row_view();
+    vv = new_row_view();
+    if (kv == NULL || vv == NULL) goto done;
+    while (pos < rows.total) {
+        Py_ssize_t i = index_at(&rows, pos);
+        const char *p;
+        Py_ssize_t n;
+        PyObject *key = Py_None, *value = Py_None;
+        if (has_keys) {
+            int k = column_row(&keys, i, &p, &n);
+            if (k < 0) goto done;
+            if (k) {
+                kv->ptr = p;
+                kv->len = n;
+                key = (PyObject *)kv;
+            }
+        }
+        int v = column_row(&values, i, &p, &n);
+        if (v < 0) goto done;
+        if (v) {
+            vv->ptr = p;
+            vv->len = n;
+            value = (PyObject *)vv;
+        }
+        int r = append_one(self, args[1], ts, key, value, Py_None);
+        if (r < 0) goto done;
+        if (r == 0) break;
+        pos++;
+    }
+    result = PyLong_FromSsize_t(pos);
+done:
+    Py_XDECREF(kv);
+    Py_XDECREF(vv);
+    if (have_rows && rows.has_view) PyBuffer_Release(&rows.view);
+    if (has_keys) release_column(&keys);
+    release_column(&values);
+    return result;
+}
+
+/* column_max_length(column) -> the length of its longest non-null row (0 when none) */
+static PyObject *column_max_length(PyObject *module, PyObject *arg) {
+    column c;
+    if (get_column(arg, &c, "column") < 0) return NULL;
+    Py_ssize_t best = 0;
+    for (Py_ssize_t i = 0; i < c.length; i++) {
+        const char *p;
+        Py_ssize_t n;
+        int r = column_row(&c, i, &p, &n);
+        if (r < 0) {
+            release_column(&c);
+            return NULL;
+        }
+        if (r && n > best) best = n;
+    }
+    release_column(&c);
+    return PyLong_FromSsize_t(best);
+}
+
+static PyObject *murmur2(PyObject *self, PyObject *arg);
+
+/*
+ * column_partitions(keys, num_partitions) -> ([(partition, int32 row indices as bytes), ...], null rows as bytes)
+ * murmur2 of each non-null key (Java's toPositive(murmur2(key)) % num_partitions), rows grouped by partition in
+ * order of first appearance, each group's rows in order; the rows with a null key apart (the sticky partitioner's).
+ */
+static PyObject *column_partitions(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "column_partitions(keys, num_partitions)");
+        return NULL;
+    }
+    Py_ssize_t np = PyLong_AsSsize_t(args[1]);
+    if (np == -1 && PyErr_Occurred()) return NULL;
+    if (np <= 0) {
+        PyErr_SetString(PyExc_ValueError, "num_partitions must be positive");
+        return NULL;
+    }
+    column c;
+    if (get_column(args[0], &c, "keys") < 0) return NULL;
+    PyObject *result = NULL, *groups = NULL, *nulls = NULL;
+    int32_t *part = NULL;
+    Py_ssize_t *count = NULL, *fill = NULL, *order = NULL;
+    char **dest = NULL;
+    RowView *kv = new_row_view();
+    if (kv == NULL) goto done;
+    part = PyMem_Malloc(sizeof(int32_t) * (c.length ? c.length : 1));
+    count = PyMem_Calloc((size_t)np + 1, sizeof(Py_ssize_t));
+    fill = PyMem_Calloc((size_t)np + 1, sizeof(Py_ssize_t));
+    order = PyMem_Malloc(sizeof(Py_ssize_t) * ((size_t)np + 1));
+    dest = PyMem_Calloc((size_t)np + 1, sizeof(char *));
+    if (part == NULL || count == NULL || fill == NULL || order == NULL || dest == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t ngroups = 0;
+    for (Py_ssize_t i = 0; i < c.length; i++) {
+        const char *p;
+        Py_ssize_t n;
+        int r = column_row(&c, i, &p, &n);
+        if (r < 0) goto done;
+        Py_ssize_t slot;
+        if (r) {
+            kv->ptr = p;
+            kv->len = n;
+            PyObject *h = murmur2(NULL, (PyObject *)kv);
+            if (h == NULL) goto done;
+            long hv = PyLong_AsLong(h);
+            Py_DECREF(h);
+            slot = (Py_ssize_t)(((uint32_t)hv & 0x7FFFFFFFU) % (uint32_t)np);
+            if (count[slot] == 0) order[ngroups++] = slot;
+        } else {
+            slot = np; /* null key */
+        }
+        part[i] = (int32_t)slot;
+        count[slot]++;
+    }
+    groups = PyList_New(ngroups);
+    nulls = PyBytes_FromStringAndSize(NULL, count[np] * 4);
+    if (groups == NULL || nulls == NULL) goto done;
+    dest[np] = PyBytes_AS_STRING(nulls);
+    for (Py_ssize_t g = 0; g < ngroups; g++) {
+        Py_ssize_t slot = order[g];
+        PyObject *rows = PyBytes_FromStringAndSize(NULL, count[slot] * 4);
+        if (rows == NULL) goto done;
+        dest[slot] = PyBytes_AS_STRING(rows);
+        PyObject *item = Py_BuildValue("(nN)", slot, rows);
+        if (item == NULL) goto done;
+        PyList_SET_ITEM(groups, g, item);
+    }
+    for (Py_ssize_t i = 0; i < c.length; i++) {
+        int32_t row = (int32_t)i;
+        Py_ssize_t slot = part[i];
+        memcpy(dest[slot] + fill[slot] * 4, &row, 4);
+        fill[slot]++;
+    }
+    result = Py_BuildValue("(OO)", groups, nulls);
+done:
+    Py_XDECREF(groups);
+    Py_XDECREF(nulls);
+    Py_XDECREF(kv);
+    PyMem_Free(part);
+    PyMem_Free(count);
+    PyMem_Free(fill);
+    PyMem_Free(order);
+    PyMem_Free(dest);
+    release_column(&c);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
     {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
      "The largest record's size (length prefix included) among the first count records of a records section."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
+    {"extend_columns", (PyCFunction)(void (*)(void))extend_columns, METH_FASTCALL,
+     "Append rows of binary columns to a batch until it is full; returns the next position."},
+    {"column_max_length", column_max_length, METH_O, "Length of the longest non-null row of a binary column."},
+    {"column_partitions", (PyCFunction)(void (*)(void))column_partitions, METH_FASTCALL,
+     "Rows of a key column grouped by murmur2 partition, and the rows with a null key."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,11 @@
-"""Arrow record batches -> the lists ``Producer.send_batch`` takes, one group per (topic, partition).
+"""Arrow record batches -> what the producer takes, one group per (topic, partition).
 
+Two forms: :func:`column_groups` gives the key and value columns as their Arrow buffers
+(:class:`~kproducer.protocol.columns.BinaryColumn`, for ``send_columns``: no Python object per row at all);
+:func:`groups` gives lists of ``bytes`` for ``Producer.send_batch`` (the path for rows with headers).
 Measured with pyarrow 26 here: ``cast(binary).to_pylist()`` is the fastest way to get a column's
 ``bytes`` objects (~0.14 us a value), faster than slicing the data buffer by the offsets in Python.
-Grouping by topic and by partition happens in Arrow (unique / filter, a stable sort and slices), so no
-Python code runs per row except building the lists.
+Grouping by topic and by partition happens in Arrow (unique / filter, a stable sort and slices) in both.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..protocol.columns import BinaryColumn
 from ._schema import HEADERS, KEY, PARTITION, TOPIC, VALUE, ColumnPlan
 
 Header = Tuple[str, Optional[bytes]]
@@ -28,6 +31,33 @@ class Group(NamedTuple):
     keys: Optional[List[Optional[bytes]]]
     headers: Optional[List[Optional[List[Header]]]]
     nbytes: int
+
+
+class ColumnGroup(NamedTuple):
+    topic: str
+    partition: Optional[int]
+    values: BinaryColumn
+    keys: Optional[BinaryColumn]
+    rows: int
+    nbytes: int
+
+
+def binary_column(col: Any) -> BinaryColumn:
+    """A string/binary Arrow array as a :class:`BinaryColumn` over its own buffers (string and binary share
+    the layout: no cast, no copy; view types are cast to binary, which copies)."""
+    t = col.type
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        wide = True
+    elif pa.types.is_string(t) or pa.types.is_binary(t):
+        wide = False
+    else:  # string_view, binary_view
+        col = col.cast(pa.binary())
+        wide = False
+    validity, offsets, data = col.buffers()[:3]
+    if offsets is None:  # (not produced by Spark; an array built without buffers)
+        return BinaryColumn.from_values(bytes_list(col))
+    return BinaryColumn(offsets, data if data is not None else b"", validity if col.null_count else None,
+                        col.offset, len(col), wide)
 
 
 def bytes_list(col: Any) -> List[Optional[bytes]]:
@@ -141,4 +171,33 @@ def groups(batch: Any, plan: ColumnPlan) -> Iterator[Group]:
             yield Group(topic, partition, values, keys, headers, nbytes)
 
 
-__all__ = ["Group", "SinkDataError", "bytes_list", "groups", "headers_list"]
+def _column_bytes(col: Any, c: BinaryColumn) -> int:
+    """Bytes of the non-null rows: the offsets' span when there are no nulls (no per-row work)."""
+    if col.null_count or c.length == 0:
+        return _byte_length(col)
+    width = 8 if c.wide else 4
+    first = int.from_bytes(memoryview(c.offsets)[c.offset * width:(c.offset + 1) * width], "little", signed=True)
+    end = c.offset + c.length
+    last = int.from_bytes(memoryview(c.offsets)[end * width:(end + 1) * width], "little", signed=True)
+    return last - first
+
+
+def column_groups(batch: Any, plan: ColumnPlan) -> Iterator[ColumnGroup]:
+    """:func:`groups` for rows without headers, with the key and value columns as their Arrow buffers (keys
+    None when there is no key column or every key is null)."""
+    for topic, tb in _by_topic(batch, plan):
+        for partition, pb in _by_partition(tb, plan):
+            vcol = pb.column(VALUE)
+            values = binary_column(vcol)
+            nbytes = _column_bytes(vcol, values)
+            keys: Optional[BinaryColumn] = None
+            if plan.has_key:
+                kcol = pb.column(KEY)
+                if kcol.null_count < len(kcol):
+                    keys = binary_column(kcol)
+                    nbytes += _column_bytes(kcol, keys)
+            yield ColumnGroup(topic, partition, values, keys, len(vcol), nbytes)
+
+
+__all__ = ["ColumnGroup", "Group", "SinkDataError", "binary_column", "bytes_list", "column_groups", "groups",
+           "headers_list"]

@@ -43,7 +43,7 @@ EXACTLY_ONCE = "exactly_once"
 GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 
 #: ``kproducer.*`` options: the sink's own
-_KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "trigger.interval.ms")
+_KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "trigger.interval.ms", "columnar")
 #: fault injection for the sink's own tests (each takes a count; and test.kill.driver.after.commits
 #: "<count>:<pid>": the driver's commit SIGKILLs the driver program ``pid`` after that many commits)
 _TEST_OPTIONS = ("test.fail.after.rows", "test.fail.commit.after")
@@ -64,6 +64,9 @@ class SinkOptions(NamedTuple):
     trigger_interval_ms: int = 0
     #: ``kproducer.test.*`` fault injection (tests only)
     faults: Dict[str, int] = {}
+    #: ``kproducer.columnar`` (default true): encode records straight from the Arrow buffers when the rows
+    #: allow it (no headers column); false: always the per-row path (bytes objects through send_batch)
+    columnar: bool = True
 
     @property
     def exactly_once(self) -> bool:
@@ -106,6 +109,7 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     prefix: Optional[str] = None
     trigger_ms = 0
     faults: Dict[str, int] = {}
+    columnar = True
     for raw_name, value in options.items():
         name = raw_name.lower()
         if name.startswith(KAFKA_PREFIX):
@@ -134,6 +138,10 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
                 guarantee = text.lower().replace("-", "_")
                 if guarantee not in GUARANTEES:
                     raise ConfigError(f"option {raw_name!r} must be one of {', '.join(GUARANTEES)}, got {value!r}")
+            elif own == "columnar":
+                if text.lower() not in ("true", "false"):
+                    raise ConfigError(f"option {raw_name!r} must be true or false, got {value!r}")
+                columnar = text.lower() == "true"
             elif own == "transactional.id.prefix":
                 if not text:
                     raise ConfigError(f"option {raw_name!r} is empty: give a prefix or drop the option")
@@ -199,7 +207,7 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     elif prefix is not None or trigger_ms:
         raise ConfigError("options 'kproducer.transactional.id.prefix' and 'kproducer.trigger.interval.ms' apply "
                           "to .option('kproducer.guarantee', 'exactly_once') only")
-    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults)
+    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults, columnar)
 
 
 def _check_exactly_once(settings: Dict[str, str], trigger_ms: int) -> None:

@@ -35,7 +35,8 @@ from ..producer.transaction_handle import (
     committed_offsets,
     prepare_transaction,
 )
-from ._arrow import groups
+from ..producer.columnar import columnar_supported, send_columns
+from ._arrow import column_groups, groups
 from ._options import SinkOptions, parse_options
 from ._producers import discard_producer, get_producer
 from ._schema import HEADERS, KEY, PARTITION, TOPIC, VALUE, ColumnPlan, SinkSchemaError, check_schema
@@ -193,15 +194,24 @@ class _Task:
 
     def _send_all(self, producer: Producer, batches: Iterable[Any], info: TaskInfo) -> None:
         fail_after = self.opts.faults.get("test.fail.after.rows") if info.attempt == 0 else None
+        # rows without headers go from the Arrow buffers into the record encoder (no bytes object per row)
+        columnar = self.opts.columnar and not self.plan.has_headers and columnar_supported(producer)
         for rb in batches:
             if rb.num_rows == 0:
                 continue
-            for g in groups(rb, self.plan):
-                self.topic = g.topic
-                fut = producer.send_batch(g.topic, g.values, g.keys, g.headers, partition=g.partition)
-                self.pending.append(fut)
-                self.rows += len(g.values)
-                self.bytes += g.nbytes
+            if columnar:
+                for c in column_groups(rb, self.plan):
+                    self.topic = c.topic
+                    self.pending.append(send_columns(producer, c.topic, c.values, c.keys, c.partition))
+                    self.rows += c.rows
+                    self.bytes += c.nbytes
+            else:
+                for g in groups(rb, self.plan):
+                    self.topic = g.topic
+                    fut = producer.send_batch(g.topic, g.values, g.keys, g.headers, partition=g.partition)
+                    self.pending.append(fut)
+                    self.rows += len(g.values)
+                    self.bytes += g.nbytes
             self._reap(block=False)
             if fail_after is not None and self.rows >= fail_after:
                 producer.flush()  # the rows are written (in the open transaction, for exactly-once)

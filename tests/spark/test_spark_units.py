@@ -315,3 +315,79 @@ def test_producer_cache_is_keyed_by_settings() -> None:
     finally:
         _producers.close_all(0)
     assert _producers.cached_count() == 0
+
+
+# -- the columnar path ---------------------------------------------------------------------------------
+
+def _column_rows(col: Any) -> Any:
+    from kproducer.protocol.columns import column_item
+
+    return None if col is None else [column_item(col, i) for i in range(col.length)]
+
+
+@pytest.mark.parametrize("sliced", [False, True])
+def test_column_groups_hold_what_groups_hold(sliced: bool) -> None:
+    from kproducer.spark._arrow import column_groups
+
+    n = 40
+    rb = pa.RecordBatch.from_arrays(
+        [pa.array([None if i % 7 == 0 else f"v{i}" for i in range(n)]),
+         pa.array([None if i % 3 == 0 else b"k%d" % i for i in range(n)], pa.large_binary()),
+         pa.array([None if i % 5 == 0 else i % 4 for i in range(n)], pa.int64()),
+         pa.array(["x" if i % 2 else "y" for i in range(n)])],
+        names=["value", "key", "partition", "topic"])
+    if sliced:
+        rb = rb.slice(3, 30)
+    for plan in (ColumnPlan(True, True, True, False, None), ColumnPlan(False, False, False, False, "t"),
+                 ColumnPlan(True, False, True, False, "t")):
+        rows = [(g.topic, g.partition, g.values, g.keys, g.nbytes) for g in groups(rb, plan)]
+        cols = [(c.topic, c.partition, _column_rows(c.values), _column_rows(c.keys), c.nbytes)
+                for c in column_groups(rb, plan)]
+        assert cols == rows
+        assert len(rows) == (1 if plan.topic == "t" and not plan.has_partition else len({(r[0], r[1]) for r in rows}))
+        assert plan.topic == "t" and not plan.has_partition or len(rows) > 1
+
+
+def test_column_groups_all_null_keys_mean_no_keys() -> None:
+    from kproducer.spark._arrow import column_groups
+
+    rb = _batch(value=["a", "b"], key=pa.array([None, None], pa.binary()))
+    (g,) = column_groups(rb, ColumnPlan(True, False, False, False, "t"))
+    assert g.keys is None and _column_rows(g.values) == [b"a", b"b"] and g.rows == 2 and g.nbytes == 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("headers", [False, True])
+def test_writer_takes_the_columnar_path_unless_there_are_headers(tansu: Any, monkeypatch: Any,
+                                                                 headers: bool) -> None:
+    from kproducer.producer.columnar import send_columns as real
+
+    calls: List[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("kproducer.spark._sink.send_columns", counting)
+    topic = f"spark-unit-{uuid.uuid4().hex[:8]}"
+    tansu.create_topic(topic, 1)
+    opts = parse_options({"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic})
+    cols: Dict[str, Any] = {"value": [b"a", None, b"c"]}
+    if headers:
+        cols["headers"] = pa.array([[("h", b"1")], None, []], ARROW_HEADERS)
+    msg = KafkaBatchWriter(opts, ColumnPlan(False, False, False, headers, topic)).write(iter([_batch(**cols)]))
+    assert msg.rows == 3 and msg.offsets == {(topic, 0): (0, 2)}
+    assert calls == ([] if headers else [1])
+    off = parse_options({"kafka.bootstrap.servers": tansu.bootstrap, "topic": topic, "kproducer.columnar": "false"})
+    calls.clear()
+    KafkaBatchWriter(off, ColumnPlan(False, False, False, False, topic)).write(iter([_batch(value=[b"z"])]))
+    assert calls == []
+    _producers.close_all()
+
+
+def test_columnar_option() -> None:
+    assert parse_options(dict(BOOT)).columnar is True
+    assert parse_options(dict(BOOT, **{"kproducer.columnar": "False"})).columnar is False
+    assert parse_options(dict(BOOT, **{"kproducer.columnar": " true "})).columnar is True
+    with pytest.raises(ConfigError, match="'kproducer.columnar' must be true or false, got 'maybe'"):
+        parse_options(dict(BOOT, **{"kproducer.columnar": "maybe"}))

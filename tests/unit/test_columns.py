@@ -78,6 +78,7 @@ class _PyBuilder(_RecordsBufferPy):
 
     build = RecordBatchBuilder.build
     records_section = RecordBatchBuilder.records_section
+    records_view = RecordBatchBuilder.records_view
     compression = 0
     _section = None
     _section_count = -1

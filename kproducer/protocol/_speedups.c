@@ -611,6 +611,7 @@ typedef struct {
     Py_ssize_t hash_cache_size;
     double touch_ms;
     int ignore_keys;
+    long long hits; /* records queued by the fast path */
 } FastSend;
 
 static PyObject *str_fatal_error, *str_cluster, *str_partition_counts, *str_closed_attr, *str_available,
@@ -980,6 +981,7 @@ unlock:
         }
     }
     Py_DECREF(cluster);
+    fs->hits++;
     *out = fut;
     return 1;
 fallback_cluster:
@@ -1021,6 +1023,11 @@ static long long murmur2_positive(const unsigned char *data, Py_ssize_t length) 
     return (long long)(h & 0x7FFFFFFFU);
 }
 
+static PyMemberDef FastSend_members[] = {
+    {"hits", T_LONGLONG, offsetof(FastSend, hits), READONLY, "records queued by the fast path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject FastSendType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.FastSend",
     .tp_basicsize = sizeof(FastSend),
@@ -1029,6 +1036,7 @@ static PyTypeObject FastSendType = {
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)FastSend_init,
     .tp_dealloc = (destructor)FastSend_dealloc,
+    .tp_members = FastSend_members,
 };
 
 /* SendMethod(func): the descriptor Producer.send */

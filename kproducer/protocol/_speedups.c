@@ -612,6 +612,9 @@ typedef struct {
     double touch_ms;
     int ignore_keys;
     long long hits; /* records queued by the fast path */
+    PyObject *last_cluster;  /* the cluster seen last, and its partition_counts (a cluster is immutable) */
+    PyObject *last_counts;
+    PyObject *tp_cache;      /* {topic: ((topic, 0), (topic, 1), ...)}: the batches' keys, made once */
 } FastSend;
 
 static PyObject *str_fatal_error, *str_cluster, *str_partition_counts, *str_closed_attr, *str_available,
@@ -646,6 +649,9 @@ static void FastSend_dealloc(FastSend *self) {
     Py_CLEAR(self->batch_type);
     Py_CLEAR(self->monotonic_ms);
     Py_CLEAR(self->wall_ms);
+    Py_CLEAR(self->last_cluster);
+    Py_CLEAR(self->last_counts);
+    Py_CLEAR(self->tp_cache);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -690,6 +696,16 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
         Py_DECREF(state);
         return -1;
     }
+    PyObject *tp_cache = PyDict_New();
+    if (tp_cache == NULL) {
+        Py_DECREF(acquire);
+        Py_DECREF(release);
+        Py_DECREF(state);
+        return -1;
+    }
+    Py_XSETREF(self->tp_cache, tp_cache);
+    Py_CLEAR(self->last_cluster);
+    Py_CLEAR(self->last_counts);
     Py_XSETREF(self->sticky_state, state);
     Py_XSETREF(self->acquire, acquire);
     Py_XSETREF(self->release, release);
@@ -784,6 +800,30 @@ static int sticky_account(FastSend *fs, PyObject *st, PyObject *cluster, PyObjec
     return 0;
 }
 
+/* (topic, partition), the key of the accumulator's batches dict: new reference */
+static PyObject *topic_partition(FastSend *fs, PyObject *topic, long long part, long long n) {
+    PyObject *tps = PyDict_GetItemWithError(fs->tp_cache, topic);
+    if (tps == NULL && PyErr_Occurred()) return NULL;
+    if (tps == NULL || PyTuple_GET_SIZE(tps) <= part) {
+        if (PyDict_GET_SIZE(fs->tp_cache) >= 4096) PyDict_Clear(fs->tp_cache);
+        PyObject *made = PyTuple_New((Py_ssize_t)n);
+        if (made == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *one = Py_BuildValue("(On)", topic, i);
+            if (one == NULL) {
+                Py_DECREF(made);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(made, i, one);
+        }
+        int r = PyDict_SetItem(fs->tp_cache, topic, made);
+        Py_DECREF(made);
+        if (r < 0) return NULL;
+        tps = made; /* (held by the cache) */
+    }
+    return Py_NewRef(PyTuple_GET_ITEM(tps, (Py_ssize_t)part));
+}
+
 /*
  * The fast path: 1 with *out the future, 0 when the record must take the Python path (nothing changed),
  * -1 with an exception set. args: topic, value, key, headers, partition, timestamp_ms, callback.
@@ -830,22 +870,30 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
     /* the partition count, known, and the topic touched recently */
     PyObject *cluster = PyObject_GetAttr(fs->metadata, str_cluster);
     if (cluster == NULL) return -1;
-    PyObject *counts = PyObject_GetAttr(cluster, str_partition_counts);
-    if (counts == NULL) goto error_cluster;
-    if (!PyDict_Check(counts)) {
-        Py_DECREF(counts);
-        goto fallback_cluster;
+    if (cluster != fs->last_cluster) {
+        PyObject *counts = PyObject_GetAttr(cluster, str_partition_counts);
+        if (counts == NULL) goto error_cluster;
+        if (!PyDict_Check(counts)) {
+            Py_DECREF(counts);
+            goto fallback_cluster;
+        }
+        Py_XSETREF(fs->last_counts, counts);
+        Py_XSETREF(fs->last_cluster, Py_NewRef(cluster));
     }
-    PyObject *n_obj = PyDict_GetItemWithError(counts, topic); /* borrowed; counts holds it */
+    PyObject *n_obj = PyDict_GetItemWithError(fs->last_counts, topic); /* borrowed: last_counts holds it */
     long long n = n_obj == NULL ? -1 : PyLong_AsLongLong(n_obj);
-    Py_DECREF(counts); /* (the cluster, which we hold, keeps the dict and the count) */
     if (n_obj == NULL) {
         if (PyErr_Occurred()) goto error_cluster;
         goto fallback_cluster;
     }
     if (n == -1 && PyErr_Occurred()) goto error_cluster;
     if (n <= 0) goto fallback_cluster;
+    /* (the touch check has a 1 s period: the coarse clock, a few ms behind time.monotonic(), is enough) */
+#ifdef CLOCK_MONOTONIC_COARSE
+    if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC_COARSE, &now) < 0) goto error_cluster;
+#else
     if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC, &now) < 0) goto error_cluster;
+#endif
     PyObject *touched = PyDict_GetItemWithError(fs->topic_touched, topic);
     if (touched == NULL) {
         if (PyErr_Occurred()) goto error_cluster;
@@ -883,7 +931,7 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
         if (part < 0 || part >= n) goto fallback_cluster;
     }
     /* the append, under the accumulator's lock, into the partition's last open batch */
-    PyObject *tp = Py_BuildValue("(OL)", topic, part);
+    PyObject *tp = topic_partition(fs, topic, part, n);
     if (tp == NULL) goto error_cluster;
     PyObject *r = PyObject_CallNoArgs(fs->acquire);
     if (r == NULL) {
@@ -936,6 +984,10 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
         status = -1;
         goto unlock;
     }
+    /* Not tracked by the cyclic GC: a future only refers to its batch, and the one cycle it can be part of
+       (batch -> thunks -> (callback, future) -> batch) is broken when the batch completes (thunks = None).
+       Tracked, the futures of queued records made the GC traverse them all over again. */
+    PyObject_GC_UnTrack(fut);
     FutureBase *fb = (FutureBase *)fut;
     fb->batch = Py_NewRef(last);
     fb->delta = delta;

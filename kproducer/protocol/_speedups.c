@@ -997,6 +997,7 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
     status = 1;
     if (callback != Py_None) {
         PyObject *thunk = PyTuple_Pack(2, callback, fut);
+        if (thunk != NULL) PyObject_GC_UnTrack(thunk); /* (as the future: the batch's completion drops it) */
         if (thunk == NULL || PyList_Append(thunks, thunk) < 0) status = -1;
         Py_XDECREF(thunk);
     }

@@ -3,10 +3,12 @@ bytes on the wire, the same partitions, timestamps, callbacks and errors. A prod
 sends every record through the Python send() (what KPRODUCER_PURE_PYTHON=1 runs everywhere)."""
 from __future__ import annotations
 
+import gc
 import inspect
 import pydoc
 import random
 import time
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -273,3 +275,26 @@ def test_send_keeps_its_signature_docstring_and_overrides() -> None:
         assert Counting.calls == 1 and c._fast is not None and c._fast.hits >= 1
     finally:
         e.close()
+
+
+def test_fast_path_futures_and_callbacks_are_freed_once_the_batch_completes(env: Env) -> None:
+    """The fast path's futures and callback entries are not tracked by the cyclic GC: the batch's completion
+    breaks the one cycle they are part of, and reference counting frees them."""
+
+    class Callback:
+        calls = 0
+
+        def __call__(self, md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+            Callback.calls += 1
+
+    p = _producer(env, True)
+    p.send("t", b"x", partition=3)  # opens the partition's batch
+    cb = Callback()
+    ref = weakref.ref(cb)
+    fut = p.send("t", b"x", partition=3, callback=cb)
+    assert p._fast is not None and p._fast.hits == 1
+    assert not gc.is_tracked(fut)
+    p.flush(10)
+    assert fut.get(5).offset == 1 and Callback.calls == 1
+    del cb, fut
+    assert ref() is None

@@ -829,6 +829,8 @@ static PyObject *topic_partition(FastSend *fs, PyObject *topic, long long part, 
  * -1 with an exception set. args: topic, value, key, headers, partition, timestamp_ms, callback.
  */
 static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **out) {
+    /* (held: waiting for the lock lets other threads run, and one may replace the topic's sticky list) */
+    PyObject *sticky = NULL;
     PyObject *topic = a[0], *value = a[1], *key = a[2], *partition = a[4], *ts_arg = a[5], *callback = a[6];
     if (a[3] != Py_None || !PyUnicode_CheckExact(topic)) return 0;
     if (value != Py_None && !PyBytes_CheckExact(value)) return 0;
@@ -909,7 +911,6 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
     if (size + fs->bound_extra > fs->max_request_size) goto fallback_cluster;
     /* the partition */
     long long part;
-    PyObject *sticky = NULL; /* borrowed: the topic's sticky state list */
     if (partition != Py_None) {
         if (!PyLong_CheckExact(partition)) goto fallback_cluster;
         int overflow;
@@ -925,6 +926,7 @@ static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **
             if (PyErr_Occurred()) goto error_cluster;
             goto fallback_cluster;
         }
+        Py_INCREF(sticky);
         if (!PyList_CheckExact(sticky) || PyList_GET_SIZE(sticky) != 3) goto fallback_cluster;
         part = PyLong_AsLongLong(PyList_GET_ITEM(sticky, 0));
         if (part == -1 && PyErr_Occurred()) goto error_cluster;
@@ -1025,9 +1027,8 @@ unlock:
     }
     /* uniform sticky: account the record's bytes; a batch's worth moves the topic on (as Python send()) */
     if (sticky != NULL) {
-        Py_INCREF(sticky);
         int err = sticky_account(fs, sticky, cluster, topic, n, size);
-        Py_DECREF(sticky);
+        Py_CLEAR(sticky);
         if (err < 0) {
             Py_DECREF(fut);
             goto error_cluster;
@@ -1038,9 +1039,11 @@ unlock:
     *out = fut;
     return 1;
 fallback_cluster:
+    Py_XDECREF(sticky);
     Py_DECREF(cluster);
     return 0;
 error_cluster:
+    Py_XDECREF(sticky);
     Py_DECREF(cluster);
     return -1;
 }

@@ -3,6 +3,7 @@ bytes on the wire, the same partitions, timestamps, callbacks and errors. A prod
 sends every record through the Python send() (what KPRODUCER_PURE_PYTHON=1 runs everywhere)."""
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import pydoc
@@ -19,7 +20,7 @@ from kproducer.producer.partitioner import partition_for_key
 from kproducer.protocol import messages as m
 from kproducer.protocol.accel import speedups
 from kproducer.protocol.records import read_batches
-from tests.unit.producer_env import ProducerEnv, producer_env
+from tests.unit.producer_env import ProducerEnv
 
 pytestmark = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
 
@@ -34,7 +35,11 @@ class Env(ProducerEnv):
 
 @pytest.fixture
 def env() -> Iterator[Env]:
-    yield from producer_env(Env())
+    env = Env()
+    try:
+        yield env
+    finally:
+        env.close()
 
 
 def _producer(env: Env, fast: bool, **settings: Any) -> Producer:
@@ -241,9 +246,13 @@ def test_callbacks_of_fast_and_python_records_keep_send_order(env: Env) -> None:
     order: List[int] = []
     for i in range(50):
         headers = {"h": b"1"} if i % 3 == 0 else None
-        p.send("t", b"x", partition=2, headers=headers, callback=lambda md, e, i=i: order.append(i))
+        p.send("t", b"x", partition=2, headers=headers, callback=functools.partial(_append_index, order, i))
     p.flush(10)
     assert order == list(range(50))
+
+
+def _append_index(order: List[int], i: int, md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+    order.append(i)
 
 
 def test_send_keeps_its_signature_docstring_and_overrides() -> None:
@@ -252,7 +261,7 @@ def test_send_keeps_its_signature_docstring_and_overrides() -> None:
                                     "callback"]
     assert Producer.send.__doc__ is not None and Producer.send.__doc__.startswith("Queue one record")
     assert Producer.send.__name__ == "send" and Producer.send.__qualname__ == "Producer.send"
-    assert inspect.isfunction(Producer.send.__wrapped__)
+    assert inspect.isfunction(Producer.send.__wrapped__)  # type: ignore[attr-defined]
     assert "Queue one record" in pydoc.render_doc(Producer.send)
     assert "send(self, topic" in pydoc.plain(pydoc.render_doc(Producer))
 

@@ -130,6 +130,9 @@ class Producer:
         # This is the per-record hot path: every line here costs throughput. A record of plain bytes/None
         # without headers, when no serializer, interceptor or custom partitioner is configured, skips the
         # steps that cannot change it (admission.plain); every check below applies to every record.
+        # With the accelerator, Producer.send is a _speedups.SendMethod: its fast_send() (_speedups.c) runs the
+        # plain case first, mirroring the steps below, and calls this function for everything else: a change to
+        # these rules needs the same change there (tests/unit/test_fast_send.py compares the two).
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
         adm = self._admission

@@ -8,6 +8,8 @@ import gc
 import inspect
 import pydoc
 import random
+import sys
+import threading
 import time
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -307,3 +309,28 @@ def test_fast_path_futures_and_callbacks_are_freed_once_the_batch_completes(env:
     assert fut.get(5).offset == 1 and Callback.calls == 1
     del cb, fut
     assert ref() is None
+
+
+def test_fast_path_takes_and_gives_back_the_accumulator_lock(env: Env) -> None:
+    """On CPython 3.9-3.12 the fast path takes a free accumulator lock without calling acquire() (the lock's layout
+    is checked when the producer is made); a lock held elsewhere is waited for through acquire()."""
+    p = _producer(env, True)
+    assert p._fast is not None
+    if sys.implementation.name == "cpython" and sys.version_info < (3, 13):
+        assert p._fast.lock_direct == 1
+    lock = p._accumulator._lock
+    p.send("t", b"x", partition=0)  # opens the batch
+    first = p.send("t", b"x", partition=0)
+    assert p._fast.hits == 1 and not lock.locked()
+    lock.acquire()
+    results: List[Any] = []
+    thread = threading.Thread(target=lambda: results.append(p.send("t", b"y", partition=0)))
+    thread.start()
+    lock.release()
+    thread.join(10)
+    assert not thread.is_alive() and len(results) == 1 and not lock.locked()
+    assert p._fast.hits == 2
+    assert lock.acquire(False)  # still an ordinary lock for the Python code
+    lock.release()
+    p.flush(10)
+    assert (first.get(5).offset, results[0].get(5).offset) == (1, 2)

@@ -17,6 +17,7 @@ skipped when the extension is not built; KPRODUCER_PURE_PYTHON=1 disables it glo
 - send(): a Producer on an in-process MockCluster, (a) as configured for compare.py (linger 5 ms,
   16 KB batches: the network thread runs concurrently) and (b) with linger.ms=60000 and 1 MB batches,
   so that the network is all but idle while send() runs
+- send() fast path: the plain cases through the compiled FastSend and, switched off, through the Python send()
 - send_batch(): the same two set-ups, one call with N records
 """
 from __future__ import annotations
@@ -209,6 +210,40 @@ def test_send(benchmark: Any, producer: Producer) -> None:
     benchmark(run)
     _per_record(benchmark)
     producer.flush(30)
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_send_fast_path(benchmark: Any, producer: Producer, path: str) -> None:
+    """N send() calls of the plain case (keyless, keyed, explicit partition, with a callback: a quarter each)
+    through the compiled fast path (``Producer._fast``, _speedups.FastSend) or, with it switched off on this
+    producer, the Python send()."""
+    _need(path)
+    fast = producer._fast
+    if path == "compiled" and fast is None:
+        pytest.skip("this producer has no compiled fast path")
+    send = producer.send
+    keys = [f"user-{i:011d}".encode() for i in range(N)]
+    acked: List[int] = []
+
+    def cb(md: Any, exc: Optional[BaseException]) -> None:
+        acked.append(1)
+
+    def run() -> None:
+        for i in range(0, N, 4):
+            send(TOPIC, VALUE)
+            send(TOPIC, VALUE, key=keys[i])
+            send(TOPIC, VALUE, partition=i % PARTITIONS)
+            send(TOPIC, VALUE, callback=cb)
+
+    if path == "python":
+        producer._fast = None
+    try:
+        benchmark(run)
+    finally:
+        producer._fast = fast
+    _per_record(benchmark)
+    producer.flush(30)
+    assert acked
 
 
 def test_send_keyed_with_callback(benchmark: Any, producer: Producer) -> None:

@@ -1,13 +1,14 @@
 """The public Producer: send(), flush(), close(), partitions_for(), metrics(), transactions."""
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
-from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -25,12 +26,14 @@ from ..errors import (
 from ..network.metadata import PartitionInfo
 from ..network.selector import Selector
 from ..network.transport import Transport
+from ..protocol.accel import speedups
 from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from . import lifecycle
 from .admission import (
     BOUND_EXTRA,
     FUTURE_ERRORS,
+    HASH_CACHE_SIZE,
     RECORD_OVERHEAD,
     Header,
     HeaderInput,
@@ -43,6 +46,7 @@ from .admission import (
     key_hash_miss,
     record_size,
 )
+from .batch import ProducerBatch
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
 from .interceptors import Interceptors, ProducerRecord, failure_metadata
@@ -100,6 +104,8 @@ class Producer:
         self._pid = os.getpid()
         self._close_lock = threading.Lock()
         self._plugins_closed = False
+        #: what send()'s compiled fast path reads (None: every record takes the Python send())
+        self._fast = self._fast_path()
         self._sender.start()
         # (the network thread references no Producer: dropped without close(), this object is collected,
         # the finalizer warns and the thread delivers what is queued; see lifecycle.py)
@@ -127,6 +133,9 @@ class Producer:
         # This is the per-record hot path: every line here costs throughput. A record of plain bytes/None
         # without headers, when no serializer, interceptor or custom partitioner is configured, skips the
         # steps that cannot change it (admission.plain); every check below applies to every record.
+        # With the accelerator, Producer.send is a _speedups.SendMethod: its fast_send() (_speedups.c) runs the
+        # plain case first, mirroring the steps below, and calls this function for everything else: a change to
+        # these rules needs the same change there (tests/unit/test_fast_send.py compares the two).
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
         adm = self._admission
@@ -222,6 +231,31 @@ class Producer:
                 interceptors.on_acknowledgement(
                     failure_metadata(topic, partition if type(partition) is int else -1), e)
             raise
+
+    if speedups is not None and not TYPE_CHECKING:
+        # Producer.send as a compiled method: a plain record (see _fast_path) is queued in C without a Python
+        # frame; every other call runs the send() above, unchanged (help(), signature and typing are its own)
+        send = functools.update_wrapper(speedups.SendMethod(send), send)
+
+    def _fast_path(self) -> Any:
+        """The compiled fast path's view of this producer (``_speedups.FastSend``), or None when the settings
+        send every record through the Python send(): no accelerator, serializers, interceptors, a custom
+        partitioner, or transactions. The fast path takes a record of bytes/None key and value without
+        headers, for a topic whose metadata is known, that fits the partition's open batch; it falls back to
+        the Python send() for anything else before changing anything, so the rules stay those of send()."""
+        adm = self._admission
+        if speedups is None or not adm.plain or adm.txn is not None or self._txn is not None \
+                and self._txn.is_transactional:
+            return None
+        acc = self._accumulator
+        return speedups.FastSend(
+            sender=self._sender, metadata=self._metadata, accumulator=acc, batches=acc._batches, lock=acc._lock,
+            hash_cache=adm.hash_cache, sticky=adm.sticky, topic_touched=self._topic_touched,
+            future_type=FutureRecordMetadata, batch_type=ProducerBatch,
+            monotonic_ms=None if self._system_clock else self._monotonic_ms,
+            wall_ms=None if self._system_clock else self._wall_ms, max_request_size=adm.max_request_size,
+            record_overhead=_RECORD_OVERHEAD, bound_extra=_BOUND_EXTRA, hash_cache_size=HASH_CACHE_SIZE,
+            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys)
 
     def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
                                  partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,

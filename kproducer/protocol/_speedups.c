@@ -11,6 +11,9 @@
  *                             extend(...) encode records (twin: records._RecordsBufferPy)
  *   FutureBase(...)           base class of future.FutureRecordMetadata: the per-record fields
  *                             (twin: future._FutureFieldsPy)
+ *   FastSend(...)             a Producer's ``_fast``: what send()'s compiled common case reads
+ *   SendMethod(func)          the class attribute Producer.send: its plain calls run the producer's FastSend,
+ *                             every other call the Python send() (twin: that Python send() alone)
  * Functions:
  *   murmur2(data) -> int                       (Kafka's murmur2, signed 32-bit; twin: partitioner._murmur2_py)
  *   crc32c(data, crc=0) -> int                 (Castagnoli; SSE4.2 when the CPU has it; twin: crcmod)
@@ -20,6 +23,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #if PY_VERSION_HEX < 0x030A0000
 static inline PyObject *Py_NewRef(PyObject *o) {
@@ -511,20 +515,15 @@ static PyTypeObject FutureBaseType = {
  * murmur2 (Kafka's variant, seed 0x9747b28c)
  */
 
-static PyObject *murmur2(PyObject *self, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *data = (const unsigned char *)view.buf;
-    Py_ssize_t length = view.len;
+static uint32_t murmur2_raw(const unsigned char *data, Py_ssize_t length) {
     const uint32_t m = 0x5bd1e995;
-    const int r = 24;
     uint32_t h = 0x9747b28cU ^ (uint32_t)length;
     Py_ssize_t n4 = length / 4;
     for (Py_ssize_t i = 0; i < n4; i++) {
         const unsigned char *q = data + i * 4;
         uint32_t k = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
         k *= m;
-        k ^= k >> r;
+        k ^= k >> 24;
         k *= m;
         h *= m;
         h ^= k;
@@ -544,6 +543,18 @@ static PyObject *murmur2(PyObject *self, PyObject *arg) {
     h ^= h >> 13;
     h *= m;
     h ^= h >> 15;
+    return h;
+}
+
+/* Java's toPositive(murmur2(data)) */
+static long long murmur2_positive(const unsigned char *data, Py_ssize_t length) {
+    return (long long)(murmur2_raw(data, length) & 0x7FFFFFFFU);
+}
+
+static PyObject *murmur2(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t h = murmur2_raw((const unsigned char *)view.buf, view.len);
     PyBuffer_Release(&view);
     return PyLong_FromLong((long)(int32_t)h);
 }
@@ -939,7 +950,6 @@ static PyObject *column_max_length(PyObject *module, PyObject *arg) {
     return PyLong_FromSsize_t(best);
 }
 
-static PyObject *murmur2(PyObject *self, PyObject *arg);
 
 /*
  * column_partitions(keys, num_partitions) -> ([(partition, int32 row indices as bytes), ...], null rows as bytes)
@@ -963,8 +973,6 @@ static PyObject *column_partitions(PyObject *module, PyObject *const *args, Py_s
     int32_t *part = NULL;
     Py_ssize_t *count = NULL, *fill = NULL, *order = NULL;
     char **dest = NULL;
-    RowView *kv = new_row_view();
-    if (kv == NULL) goto done;
     part = PyMem_Malloc(sizeof(int32_t) * (c.length ? c.length : 1));
     count = PyMem_Calloc((size_t)np + 1, sizeof(Py_ssize_t));
     fill = PyMem_Calloc((size_t)np + 1, sizeof(Py_ssize_t));
@@ -982,13 +990,7 @@ static PyObject *column_partitions(PyObject *module, PyObject *const *args, Py_s
         if (r < 0) goto done;
         Py_ssize_t slot;
         if (r) {
-            kv->ptr = p;
-            kv->len = n;
-            PyObject *h = murmur2(NULL, (PyObject *)kv);
-            if (h == NULL) goto done;
-            long hv = PyLong_AsLong(h);
-            Py_DECREF(h);
-            slot = (Py_ssize_t)(((uint32_t)hv & 0x7FFFFFFFU) % (uint32_t)np);
+            slot = (Py_ssize_t)((uint32_t)murmur2_positive((const unsigned char *)p, n) % (uint32_t)np);
             if (count[slot] == 0) order[ngroups++] = slot;
         } else {
             slot = np; /* null key */
@@ -1019,7 +1021,6 @@ static PyObject *column_partitions(PyObject *module, PyObject *const *args, Py_s
 done:
     Py_XDECREF(groups);
     Py_XDECREF(nulls);
-    Py_XDECREF(kv);
     PyMem_Free(part);
     PyMem_Free(count);
     PyMem_Free(fill);
@@ -1027,6 +1028,743 @@ done:
     PyMem_Free(dest);
     release_column(&c);
     return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * FastSend and SendMethod: Producer.send()'s common case in compiled code
+ *
+ * FastSend(...) holds what send() reads (built by Producer.__init__ as its ``_fast`` when the producer's
+ * settings allow the fast path); SendMethod(func) is the class attribute Producer.send: a method descriptor
+ * (called without a bound-method object, as a def would be) that runs the plain case of a record through
+ * the producer's FastSend and hands every other call, unchanged, to ``func`` (the Python send(), the one
+ * implementation of the rules). The plain case: an open producer without a fatal error, a str topic whose
+ * partition count is known and was touched within the last second, bytes/None key and value, no headers,
+ * a valid or no explicit partition and timestamp, a record within max.request.size, and room for it in
+ * the partition's last open batch. Nothing is changed before the record is known to take this path,
+ * except the key-hash cache (as key_hash_miss does); anything else falls back before any effect.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *sender;        /* .fatal_error */
+    PyObject *metadata;      /* .cluster (replaced on updates: read each call) */
+    PyObject *accumulator;   /* ._closed */
+    PyObject *batches;       /* the accumulator's {(topic, partition): deque of ProducerBatch} */
+    PyObject *lock;          /* the accumulator's lock, and its bound methods */
+    PyObject *acquire;
+    PyObject *release;
+    int lock_direct;         /* a CPython _thread.lock whose layout was checked: see fs_lock() */
+    PyObject *hash_cache;    /* {key: positive murmur2} */
+    PyObject *sticky;        /* StickyPartitioner (next_partition, limit) */
+    PyObject *sticky_state;  /* its state: {topic: [partition, bytes, limit]} */
+    PyObject *topic_touched; /* the producer's {topic: monotonic ms of the last add_topic} */
+    PyTypeObject *future_type;
+    PyTypeObject *batch_type;
+    PyObject *monotonic_ms;  /* None: the system clock, read here */
+    PyObject *wall_ms;
+    Py_ssize_t off_closed, off_builder, off_thunks; /* ProducerBatch slots */
+    long long max_request_size;
+    long long record_overhead;
+    long long bound_extra;
+    Py_ssize_t hash_cache_size;
+    double touch_ms;
+    int ignore_keys;
+    long long hits; /* records queued by the fast path */
+    PyObject *last_cluster;  /* the cluster seen last, and its partition_counts (a cluster is immutable) */
+    PyObject *last_counts;
+    PyObject *tp_cache;      /* {topic: ((topic, 0), (topic, 1), ...)}: the batches' keys, made once */
+} FastSend;
+
+static PyObject *str_fatal_error, *str_cluster, *str_partition_counts, *str_closed_attr, *str_available,
+    *str_next_partition, *str_limit, *str_fast;
+static PyObject *send_kwnames[7];
+
+static int slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    if (d == NULL) return -1;
+    if (Py_TYPE(d) != &PyMemberDescr_Type || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(d);
+        PyErr_Format(PyExc_TypeError, "%s.%s must be a slot", tp->tp_name, name);
+        return -1;
+    }
+    *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    return 0;
+}
+
+static void FastSend_dealloc(FastSend *self) {
+    Py_CLEAR(self->sender);
+    Py_CLEAR(self->metadata);
+    Py_CLEAR(self->accumulator);
+    Py_CLEAR(self->batches);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->hash_cache);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->sticky_state);
+    Py_CLEAR(self->topic_touched);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->monotonic_ms);
+    Py_CLEAR(self->wall_ms);
+    Py_CLEAR(self->last_cluster);
+    Py_CLEAR(self->last_counts);
+    Py_CLEAR(self->tp_cache);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/*
+ * The accumulator's lock. A Python-level acquire() + release() cost ~90 ns, a fifth of the fast path: a free
+ * CPython _thread.lock (3.9-3.12, whose layout is mirrored here and checked when a FastSend is made) is taken
+ * and released directly, with the same effect on the lock object as its acquire(False) / release(); a lock
+ * held by another thread is waited for through acquire() (which lets other threads run meanwhile).
+ */
+#if PY_VERSION_HEX < 0x030D0000
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock_lock;
+    PyObject *in_weakreflist;
+    char locked;
+} thread_lock_mirror;
+#define HAVE_LOCK_MIRROR 1
+
+static int call_bool(PyObject *obj, const char *method, PyObject *arg) {
+    PyObject *r = arg == NULL ? PyObject_CallMethod(obj, method, NULL) : PyObject_CallMethod(obj, method, "O", arg);
+    if (r == NULL) return -1;
+    int v = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return v;
+}
+#endif
+
+/* 1: the lock may be used directly; 0: through its methods; -1: error */
+static int lock_layout_ok(PyObject *lock) {
+#ifdef HAVE_LOCK_MIRROR
+    if (strcmp(Py_TYPE(lock)->tp_name, "_thread.lock") != 0 ||
+        Py_TYPE(lock)->tp_basicsize != (Py_ssize_t)sizeof(thread_lock_mirror))
+        return 0;
+    /* the lock is new and free (nothing else has it yet): check the mirror against its own methods */
+    int locked = call_bool(lock, "locked", NULL);
+    if (locked != 0) return locked < 0 ? -1 : 0;
+    thread_lock_mirror *m = (thread_lock_mirror *)lock;
+    if (!PyThread_acquire_lock(m->lock_lock, NOWAIT_LOCK)) return 0;
+    int got = call_bool(lock, "acquire", Py_False); /* taken here: acquire(False) must fail */
+    int ok = got == 0;
+    if (ok) {
+        m->locked = 1;
+        ok = call_bool(lock, "locked", NULL) == 1;
+        m->locked = 0;
+    }
+    PyThread_release_lock(m->lock_lock);
+    if (got == 1) { /* (not the layout we know: undo what acquire() did) */
+        PyObject *r = PyObject_CallMethod(lock, "release", NULL);
+        Py_XDECREF(r);
+    }
+    if (ok) { /* and its own methods see it free again */
+        ok = call_bool(lock, "acquire", Py_False) == 1 && call_bool(lock, "locked", NULL) == 1;
+        PyObject *r = ok ? PyObject_CallMethod(lock, "release", NULL) : NULL;
+        Py_XDECREF(r);
+        ok = ok && r != NULL && call_bool(lock, "locked", NULL) == 0;
+    }
+    if (PyErr_Occurred()) return -1;
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+static int fs_lock(FastSend *fs) {
+#ifdef HAVE_LOCK_MIRROR
+    if (fs->lock_direct) {
+        thread_lock_mirror *m = (thread_lock_mirror *)fs->lock;
+        if (PyThread_acquire_lock(m->lock_lock, NOWAIT_LOCK)) {
+            m->locked = 1;
+            return 0;
+        }
+    }
+#endif
+    PyObject *r = PyObject_CallNoArgs(fs->acquire);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int fs_unlock(FastSend *fs) {
+#ifdef HAVE_LOCK_MIRROR
+    if (fs->lock_direct) {
+        thread_lock_mirror *m = (thread_lock_mirror *)fs->lock;
+        m->locked = 0;
+        PyThread_release_lock(m->lock_lock);
+        return 0;
+    }
+#endif
+    PyObject *r = PyObject_CallNoArgs(fs->release);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"sender", "metadata", "accumulator", "batches", "lock", "hash_cache", "sticky",
+                             "topic_touched", "future_type", "batch_type", "monotonic_ms", "wall_ms",
+                             "max_request_size", "record_overhead", "bound_extra", "hash_cache_size",
+                             "touch_ms", "ignore_keys", NULL};
+    PyObject *sender, *metadata, *accumulator, *batches, *lock, *hash_cache, *sticky, *topic_touched,
+        *monotonic_ms, *wall_ms;
+    PyTypeObject *future_type, *batch_type;
+    long long max_request_size, record_overhead, bound_extra;
+    Py_ssize_t hash_cache_size;
+    double touch_ms;
+    int ignore_keys;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO!OO!OO!O!O!OOLLLndp", kwlist, &sender, &metadata,
+                                     &accumulator, &PyDict_Type, &batches, &lock, &PyDict_Type, &hash_cache,
+                                     &sticky, &PyDict_Type, &topic_touched, &PyType_Type, &future_type,
+                                     &PyType_Type, &batch_type, &monotonic_ms, &wall_ms, &max_request_size,
+                                     &record_overhead, &bound_extra, &hash_cache_size, &touch_ms, &ignore_keys))
+        return -1;
+    if (!PyType_IsSubtype(future_type, &FutureBaseType) || future_type->tp_basicsize != sizeof(FutureBase) ||
+        future_type->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "future_type must be a slot-less subclass of FutureBase");
+        return -1;
+    }
+    if (slot_offset(batch_type, "closed", &self->off_closed) < 0 ||
+        slot_offset(batch_type, "builder", &self->off_builder) < 0 ||
+        slot_offset(batch_type, "thunks", &self->off_thunks) < 0)
+        return -1;
+    PyObject *state = PyObject_GetAttrString(sticky, "state");
+    if (state == NULL) return -1;
+    if (!PyDict_CheckExact(state)) {
+        Py_DECREF(state);
+        PyErr_SetString(PyExc_TypeError, "sticky.state must be a dict");
+        return -1;
+    }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire == NULL ? NULL : PyObject_GetAttrString(lock, "release");
+    if (release == NULL) {
+        Py_XDECREF(acquire);
+        Py_DECREF(state);
+        return -1;
+    }
+    PyObject *tp_cache = PyDict_New();
+    if (tp_cache == NULL) {
+        Py_DECREF(acquire);
+        Py_DECREF(release);
+        Py_DECREF(state);
+        return -1;
+    }
+    Py_XSETREF(self->tp_cache, tp_cache);
+    Py_CLEAR(self->last_cluster);
+    Py_CLEAR(self->last_counts);
+    Py_XSETREF(self->sticky_state, state);
+    Py_XSETREF(self->lock, Py_NewRef(lock));
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->sender, Py_NewRef(sender));
+    Py_XSETREF(self->metadata, Py_NewRef(metadata));
+    Py_XSETREF(self->accumulator, Py_NewRef(accumulator));
+    Py_XSETREF(self->batches, Py_NewRef(batches));
+    Py_XSETREF(self->hash_cache, Py_NewRef(hash_cache));
+    Py_XSETREF(self->sticky, Py_NewRef(sticky));
+    Py_XSETREF(self->topic_touched, Py_NewRef(topic_touched));
+    Py_XSETREF(self->future_type, (PyTypeObject *)Py_NewRef((PyObject *)future_type));
+    Py_XSETREF(self->batch_type, (PyTypeObject *)Py_NewRef((PyObject *)batch_type));
+    Py_XSETREF(self->monotonic_ms, Py_NewRef(monotonic_ms));
+    Py_XSETREF(self->wall_ms, Py_NewRef(wall_ms));
+    self->max_request_size = max_request_size;
+    self->record_overhead = record_overhead;
+    self->bound_extra = bound_extra;
+    self->hash_cache_size = hash_cache_size;
+    self->touch_ms = touch_ms;
+    self->ignore_keys = ignore_keys;
+    self->lock_direct = lock_layout_ok(lock);
+    if (self->lock_direct < 0) return -1;
+    return 0;
+}
+
+
+/* murmur2 through the hash cache (as admission.key_hash_miss: the cache starts over when full); -1: error */
+static long long cached_key_hash(FastSend *fs, PyObject *key) {
+    PyObject *h = PyDict_GetItemWithError(fs->hash_cache, key);
+    if (h != NULL) return PyLong_AsLongLong(h);
+    if (PyErr_Occurred()) return -1;
+    long long v = murmur2_positive((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+    if (PyDict_GET_SIZE(fs->hash_cache) >= fs->hash_cache_size) PyDict_Clear(fs->hash_cache);
+    PyObject *hv = PyLong_FromLongLong(v);
+    if (hv == NULL) return -1;
+    int r = PyDict_SetItem(fs->hash_cache, key, hv);
+    Py_DECREF(hv);
+    return r < 0 ? -1 : v;
+}
+
+static int clock_now(PyObject *fn, clockid_t id, double *out) {
+    if (fn == Py_None) {
+        struct timespec t;
+        clock_gettime(id, &t);
+        *out = (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL) return -1;
+    *out = PyFloat_AsDouble(r);
+    Py_DECREF(r);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* sticky[1] += size; at a batch's worth: sticky[0] = next partition, sticky[1] = 0, sticky[2] = limit(topic) */
+static int sticky_account(FastSend *fs, PyObject *st, PyObject *cluster, PyObject *topic, long long n,
+                          long long size) {
+    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != 3) return 0;
+    PyObject *size_obj = PyLong_FromLongLong(size);
+    if (size_obj == NULL) return -1;
+    PyObject *sent = PyNumber_Add(PyList_GET_ITEM(st, 1), size_obj);
+    Py_DECREF(size_obj);
+    if (sent == NULL) return -1;
+    int full = PyObject_RichCompareBool(sent, PyList_GET_ITEM(st, 2), Py_GE);
+    PyList_SetItem(st, 1, sent); /* steals sent */
+    if (full <= 0) return full;
+    PyObject *avail_map = PyObject_GetAttr(cluster, str_available);
+    if (avail_map == NULL) return -1;
+    PyObject *avail = PyDict_Check(avail_map) ? PyDict_GetItemWithError(avail_map, topic) : NULL;
+    Py_XINCREF(avail);
+    Py_DECREF(avail_map);
+    if (avail == NULL) {
+        if (PyErr_Occurred()) return -1;
+        avail = PyTuple_New(0);
+        if (avail == NULL) return -1;
+    }
+    PyObject *n_obj = PyLong_FromLongLong(n);
+    PyObject *prev = PyList_GET_ITEM(st, 0);
+    Py_INCREF(prev);
+    PyObject *next = n_obj == NULL ? NULL
+                                   : PyObject_CallMethodObjArgs(fs->sticky, str_next_partition, avail, n_obj, prev, NULL);
+    Py_DECREF(prev);
+    Py_XDECREF(n_obj);
+    Py_DECREF(avail);
+    if (next == NULL) return -1;
+    PyList_SetItem(st, 0, next);
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) return -1;
+    PyList_SetItem(st, 1, zero);
+    PyObject *lim = PyObject_CallMethodObjArgs(fs->sticky, str_limit, topic, NULL);
+    if (lim == NULL) return -1;
+    PyList_SetItem(st, 2, lim);
+    return 0;
+}
+
+/* (topic, partition), the key of the accumulator's batches dict: new reference */
+static PyObject *topic_partition(FastSend *fs, PyObject *topic, long long part, long long n) {
+    PyObject *tps = PyDict_GetItemWithError(fs->tp_cache, topic);
+    if (tps == NULL && PyErr_Occurred()) return NULL;
+    if (tps == NULL || PyTuple_GET_SIZE(tps) <= part) {
+        if (PyDict_GET_SIZE(fs->tp_cache) >= 4096) PyDict_Clear(fs->tp_cache);
+        PyObject *made = PyTuple_New((Py_ssize_t)n);
+        if (made == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+            PyObject *one = Py_BuildValue("(On)", topic, i);
+            if (one == NULL) {
+                Py_DECREF(made);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(made, i, one);
+        }
+        int r = PyDict_SetItem(fs->tp_cache, topic, made);
+        Py_DECREF(made);
+        if (r < 0) return NULL;
+        tps = made; /* (held by the cache) */
+    }
+    return Py_NewRef(PyTuple_GET_ITEM(tps, (Py_ssize_t)part));
+}
+
+/*
+ * The fast path: 1 with *out the future, 0 when the record must take the Python path (nothing changed),
+ * -1 with an exception set. args: topic, value, key, headers, partition, timestamp_ms, callback.
+ */
+static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **out) {
+    /* (held: waiting for the lock lets other threads run, and one may replace the topic's sticky list) */
+    PyObject *sticky = NULL;
+    PyObject *topic = a[0], *value = a[1], *key = a[2], *partition = a[4], *ts_arg = a[5], *callback = a[6];
+    if (a[3] != Py_None || !PyUnicode_CheckExact(topic)) return 0;
+    if (value != Py_None && !PyBytes_CheckExact(value)) return 0;
+    if (key != Py_None && !PyBytes_CheckExact(key)) return 0;
+    /* the producer is open and has no fatal error */
+    PyObject *o = PyObject_GetAttr(producer, str_closed_attr);
+    if (o == NULL) return -1;
+    Py_DECREF(o);
+    if (o != Py_False) return 0;
+    o = PyObject_GetAttr(fs->sender, str_fatal_error);
+    if (o == NULL) return -1;
+    Py_DECREF(o);
+    if (o != Py_None) return 0;
+    /* the timestamp */
+    long long timestamp;
+    if (ts_arg == Py_None) {
+        if (fs->wall_ms == Py_None) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            timestamp = (long long)(((double)t.tv_sec + (double)t.tv_nsec * 1e-9) * 1000.0);
+        } else {
+            PyObject *r = PyObject_CallNoArgs(fs->wall_ms);
+            if (r == NULL) return -1;
+            if (!PyLong_CheckExact(r)) {
+                Py_DECREF(r);
+                return 0;
+            }
+            timestamp = PyLong_AsLongLong(r);
+            Py_DECREF(r);
+            if (timestamp == -1 && PyErr_Occurred()) return -1;
+        }
+    } else {
+        if (!PyLong_CheckExact(ts_arg)) return 0;
+        int overflow;
+        timestamp = PyLong_AsLongLongAndOverflow(ts_arg, &overflow);
+        if (overflow || timestamp < 0) return 0; /* (-1 is refused too: no error is set for a plain -1) */
+    }
+    double now;
+    /* the partition count, known, and the topic touched recently */
+    PyObject *cluster = PyObject_GetAttr(fs->metadata, str_cluster);
+    if (cluster == NULL) return -1;
+    if (cluster != fs->last_cluster) {
+        PyObject *counts = PyObject_GetAttr(cluster, str_partition_counts);
+        if (counts == NULL) goto error_cluster;
+        if (!PyDict_Check(counts)) {
+            Py_DECREF(counts);
+            goto fallback_cluster;
+        }
+        Py_XSETREF(fs->last_counts, counts);
+        Py_XSETREF(fs->last_cluster, Py_NewRef(cluster));
+    }
+    PyObject *n_obj = PyDict_GetItemWithError(fs->last_counts, topic); /* borrowed: last_counts holds it */
+    long long n = n_obj == NULL ? -1 : PyLong_AsLongLong(n_obj);
+    if (n_obj == NULL) {
+        if (PyErr_Occurred()) goto error_cluster;
+        goto fallback_cluster;
+    }
+    if (n == -1 && PyErr_Occurred()) goto error_cluster;
+    if (n <= 0) goto fallback_cluster;
+    /* (the touch check has a 1 s period: the coarse clock, a few ms behind time.monotonic(), is enough) */
+#ifdef CLOCK_MONOTONIC_COARSE
+    if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC_COARSE, &now) < 0) goto error_cluster;
+#else
+    if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC, &now) < 0) goto error_cluster;
+#endif
+    PyObject *touched = PyDict_GetItemWithError(fs->topic_touched, topic);
+    if (touched == NULL) {
+        if (PyErr_Occurred()) goto error_cluster;
+        goto fallback_cluster; /* never touched: the Python path touches it */
+    }
+    double t_touched = PyFloat_AsDouble(touched);
+    if (t_touched == -1.0 && PyErr_Occurred()) goto error_cluster;
+    if (now - t_touched > fs->touch_ms) goto fallback_cluster;
+    /* the size bound */
+    Py_ssize_t klen = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
+    Py_ssize_t vlen = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+    long long size = fs->record_overhead + (vlen > 0 ? vlen : 0) + (klen > 0 ? klen : 0);
+    if (size + fs->bound_extra > fs->max_request_size) goto fallback_cluster;
+    /* the partition */
+    long long part;
+    if (partition != Py_None) {
+        if (!PyLong_CheckExact(partition)) goto fallback_cluster;
+        int overflow;
+        part = PyLong_AsLongLongAndOverflow(partition, &overflow);
+        if (overflow || part < 0 || part >= n) goto fallback_cluster;
+    } else if (key != Py_None && !fs->ignore_keys) {
+        long long h = cached_key_hash(fs, key);
+        if (h < 0) goto error_cluster;
+        part = h % n;
+    } else {
+        sticky = PyDict_GetItemWithError(fs->sticky_state, topic);
+        if (sticky == NULL) {
+            if (PyErr_Occurred()) goto error_cluster;
+            goto fallback_cluster;
+        }
+        Py_INCREF(sticky);
+        if (!PyList_CheckExact(sticky) || PyList_GET_SIZE(sticky) != 3) goto fallback_cluster;
+        part = PyLong_AsLongLong(PyList_GET_ITEM(sticky, 0));
+        if (part == -1 && PyErr_Occurred()) goto error_cluster;
+        if (part < 0 || part >= n) goto fallback_cluster;
+    }
+    /* the append, under the accumulator's lock, into the partition's last open batch */
+    PyObject *tp = topic_partition(fs, topic, part, n);
+    if (tp == NULL) goto error_cluster;
+    if (fs_lock(fs) < 0) {
+        Py_DECREF(tp);
+        goto error_cluster;
+    }
+    int status = 0; /* 1 appended, 0 fallback, -1 error */
+    PyObject *fut = NULL, *last = NULL;
+    o = PyObject_GetAttr(fs->accumulator, str_closed_attr);
+    if (o == NULL) {
+        status = -1;
+        goto unlock;
+    }
+    Py_DECREF(o);
+    if (o != Py_False) goto unlock;
+    PyObject *dq = PyDict_GetItemWithError(fs->batches, tp);
+    if (dq == NULL) {
+        if (PyErr_Occurred()) status = -1;
+        goto unlock;
+    }
+    Py_INCREF(dq);
+    Py_ssize_t dq_len = PySequence_Size(dq);
+    last = dq_len > 0 ? PySequence_GetItem(dq, dq_len - 1) : NULL;
+    Py_DECREF(dq);
+    if (dq_len < 0 || (dq_len > 0 && last == NULL)) {
+        status = -1;
+        goto unlock;
+    }
+    if (last == NULL || Py_TYPE(last) != fs->batch_type) goto unlock;
+    if (*(PyObject **)((char *)last + fs->off_closed) != Py_False) goto unlock;
+    PyObject *builder = *(PyObject **)((char *)last + fs->off_builder);
+    PyObject *thunks = *(PyObject **)((char *)last + fs->off_thunks);
+    if (builder == NULL || !PyObject_TypeCheck(builder, &RecordsBufferType)) goto unlock;
+    if (callback != Py_None && (thunks == NULL || !PyList_CheckExact(thunks))) goto unlock;
+    RecordsBuffer *rb = (RecordsBuffer *)builder;
+    if (check_buffer(rb) < 0) {
+        PyErr_Clear();
+        goto unlock;
+    }
+    long long delta = rb->count;
+    /* (no headers: the encoder never hands this record to the Python encoder, which would need ts_obj) */
+    int appended = append_one(rb, Py_None, timestamp, key, value, Py_None);
+    if (appended <= 0) {
+        status = appended; /* 0: the batch is full, the Python path opens the next one */
+        goto unlock;
+    }
+    fut = fs->future_type->tp_alloc(fs->future_type, 0);
+    if (fut == NULL) {
+        status = -1;
+        goto unlock;
+    }
+    /* Not tracked by the cyclic GC: a future only refers to its batch, and the one cycle it can be part of
+       (batch -> thunks -> (callback, future) -> batch) is broken when the batch completes (thunks = None).
+       Tracked, the futures of queued records made the GC traverse them all over again. */
+    PyObject_GC_UnTrack(fut);
+    FutureBase *fb = (FutureBase *)fut;
+    fb->batch = Py_NewRef(last);
+    fb->delta = delta;
+    fb->timestamp = timestamp;
+    fb->key_size = klen;
+    fb->value_size = vlen;
+    status = 1;
+    if (callback != Py_None) {
+        PyObject *thunk = PyTuple_Pack(2, callback, fut);
+        if (thunk != NULL) PyObject_GC_UnTrack(thunk); /* (as the future: the batch's completion drops it) */
+        if (thunk == NULL || PyList_Append(thunks, thunk) < 0) status = -1;
+        Py_XDECREF(thunk);
+    }
+unlock:
+    Py_XDECREF(last);
+    Py_DECREF(tp);
+    {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        if (fs_unlock(fs) < 0) {
+            Py_XDECREF(exc_type);
+            Py_XDECREF(exc_value);
+            Py_XDECREF(exc_tb);
+            status = -1;
+        } else {
+            PyErr_Restore(exc_type, exc_value, exc_tb);
+        }
+    }
+    if (status <= 0) {
+        Py_XDECREF(fut);
+        if (status == 0) goto fallback_cluster;
+        goto error_cluster;
+    }
+    /* uniform sticky: account the record's bytes; a batch's worth moves the topic on (as Python send()) */
+    if (sticky != NULL) {
+        int err = sticky_account(fs, sticky, cluster, topic, n, size);
+        Py_CLEAR(sticky);
+        if (err < 0) {
+            Py_DECREF(fut);
+            goto error_cluster;
+        }
+    }
+    Py_DECREF(cluster);
+    fs->hits++;
+    *out = fut;
+    return 1;
+fallback_cluster:
+    Py_XDECREF(sticky);
+    Py_DECREF(cluster);
+    return 0;
+error_cluster:
+    Py_XDECREF(sticky);
+    Py_DECREF(cluster);
+    return -1;
+}
+
+static PyMemberDef FastSend_members[] = {
+    {"hits", T_LONGLONG, offsetof(FastSend, hits), READONLY, "records queued by the fast path"},
+    {"lock_direct", T_INT, offsetof(FastSend, lock_direct), READONLY, "the lock is taken without a call"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FastSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.FastSend",
+    .tp_basicsize = sizeof(FastSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What Producer.send()'s compiled fast path reads (the producer's _fast).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FastSend_init,
+    .tp_dealloc = (destructor)FastSend_dealloc,
+    .tp_members = FastSend_members,
+};
+
+/* SendMethod(func): the descriptor Producer.send */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *func;
+    PyObject *dict;
+    vectorcallfunc vectorcall;
+} SendMethod;
+
+static int kw_index(PyObject *name) {
+    for (int i = 0; i < 7; i++)
+        if (send_kwnames[i] == name) return i;
+    for (int i = 0; i < 7; i++)
+        if (PyUnicode_Check(name) && PyUnicode_Compare(send_kwnames[i], name) == 0) return i;
+    return -1;
+}
+
+static PyObject *SendMethod_vectorcall(SendMethod *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs >= 1 && nargs + nkw >= 2 && nargs + nkw <= 8) {
+        PyObject *producer = args[0];
+        PyObject *fs = PyObject_GetAttr(producer, str_fast);
+        if (fs == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+            PyErr_Clear(); /* (a producer not made by Producer.__init__) */
+            return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
+        }
+        if (Py_TYPE(fs) == &FastSendType) {
+            PyObject *a[7] = {NULL, Py_None, Py_None, Py_None, Py_None, Py_None, Py_None};
+            int ok = 1;
+            for (Py_ssize_t i = 1; i < nargs; i++) a[i - 1] = args[i];
+            for (Py_ssize_t j = 0; j < nkw && ok; j++) {
+                int k = kw_index(PyTuple_GET_ITEM(kwnames, j));
+                if (k < nargs - 1) ok = 0; /* unknown, or given twice: the Python send() says so */
+                else a[k] = args[nargs + j];
+            }
+            if (ok && a[0] != NULL) {
+                PyObject *out = NULL;
+                int r = fast_send((FastSend *)fs, producer, a, &out);
+                Py_DECREF(fs);
+                if (r > 0) return out;
+                if (r < 0) return NULL;
+                return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
+            }
+        }
+        Py_DECREF(fs);
+    }
+    return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
+}
+
+static int SendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
+    PyObject *func;
+    if (!PyArg_ParseTuple(args, "O:SendMethod", &func)) return -1;
+    if (!PyCallable_Check(func)) {
+        PyErr_SetString(PyExc_TypeError, "SendMethod(func): func must be callable");
+        return -1;
+    }
+    Py_XSETREF(self->func, Py_NewRef(func));
+    self->vectorcall = (vectorcallfunc)SendMethod_vectorcall;
+    return 0;
+}
+
+static PyObject *SendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    SendMethod *self = (SendMethod *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = (vectorcallfunc)SendMethod_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyObject *SendMethod_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int SendMethod_traverse(SendMethod *self, visitproc visit, void *arg) {
+    Py_VISIT(self->func);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int SendMethod_clear(SendMethod *self) {
+    Py_CLEAR(self->func);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void SendMethod_dealloc(SendMethod *self) {
+    PyObject_GC_UnTrack(self);
+    SendMethod_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *SendMethod_call_func(SendMethod *self, PyObject *args, PyObject *kwds) {
+    return PyVectorcall_Call((PyObject *)self, args, kwds);
+}
+
+static PyMemberDef SendMethod_members[] = {
+    {"__func__", T_OBJECT, offsetof(SendMethod, func), READONLY, "the Python implementation"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(SendMethod, vectorcall), READONLY},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef SendMethod_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SendMethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.SendMethod",
+    .tp_basicsize = sizeof(SendMethod),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A method whose plain calls run the owner's FastSend (Producer.send); others call __func__.",
+    .tp_new = SendMethod_new,
+    .tp_init = (initproc)SendMethod_init,
+    .tp_dealloc = (destructor)SendMethod_dealloc,
+    .tp_traverse = (traverseproc)SendMethod_traverse,
+    .tp_clear = (inquiry)SendMethod_clear,
+    .tp_descr_get = SendMethod_get,
+    .tp_call = (ternaryfunc)SendMethod_call_func,
+    .tp_vectorcall_offset = offsetof(SendMethod, vectorcall),
+    .tp_dictoffset = offsetof(SendMethod, dict),
+    .tp_members = SendMethod_members,
+    .tp_getset = SendMethod_getset,
+};
+
+static int fastsend_module_init(PyObject *mod) {
+    static const char *names[7] = {"topic", "value", "key", "headers", "partition", "timestamp_ms", "callback"};
+    for (int i = 0; i < 7; i++) {
+        send_kwnames[i] = PyUnicode_InternFromString(names[i]);
+        if (send_kwnames[i] == NULL) return -1;
+    }
+    if ((str_fatal_error = PyUnicode_InternFromString("fatal_error")) == NULL ||
+        (str_cluster = PyUnicode_InternFromString("cluster")) == NULL ||
+        (str_partition_counts = PyUnicode_InternFromString("partition_counts")) == NULL ||
+        (str_closed_attr = PyUnicode_InternFromString("_closed")) == NULL ||
+        (str_available = PyUnicode_InternFromString("available")) == NULL ||
+        (str_next_partition = PyUnicode_InternFromString("next_partition")) == NULL ||
+        (str_limit = PyUnicode_InternFromString("limit")) == NULL ||
+        (str_fast = PyUnicode_InternFromString("_fast")) == NULL)
+        return -1;
+    if (PyType_Ready(&FastSendType) < 0 || PyType_Ready(&SendMethodType) < 0) return -1;
+    Py_INCREF(&FastSendType);
+    if (PyModule_AddObject(mod, "FastSend", (PyObject *)&FastSendType) < 0) {
+        Py_DECREF(&FastSendType);
+        return -1;
+    }
+    Py_INCREF(&SendMethodType);
+    if (PyModule_AddObject(mod, "SendMethod", (PyObject *)&SendMethodType) < 0) {
+        Py_DECREF(&SendMethodType);
+        return -1;
+    }
+    return 0;
 }
 
 static PyMethodDef methods[] = {
@@ -1066,6 +1804,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     Py_INCREF(&FutureBaseType);
     if (PyModule_AddObject(mod, "FutureBase", (PyObject *)&FutureBaseType) < 0) {
         Py_DECREF(&FutureBaseType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    if (fastsend_module_init(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

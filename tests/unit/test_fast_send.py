@@ -1,0 +1,336 @@
+"""Producer.send()'s compiled fast path (_speedups.FastSend / SendMethod) against the Python send(): the same
+bytes on the wire, the same partitions, timestamps, callbacks and errors. A producer whose ``_fast`` is None
+sends every record through the Python send() (what KPRODUCER_PURE_PYTHON=1 runs everywhere)."""
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import pydoc
+import random
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from kproducer import Producer, RecordMetadata
+from kproducer.errors import KafkaError, MessageTooLargeError, ProducerClosedError
+from kproducer.producer.partitioner import partition_for_key
+from kproducer.protocol import messages as m
+from kproducer.protocol.accel import speedups
+from kproducer.protocol.records import read_batches
+from tests.unit.producer_env import ProducerEnv
+
+pytestmark = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
+
+TS = 1_700_000_000_000
+TopicPartition = Tuple[str, int]
+
+
+class Env(ProducerEnv):
+    def __init__(self) -> None:
+        super().__init__({"t": [1] * 6, "u": [1, 1]})
+
+
+@pytest.fixture
+def env() -> Iterator[Env]:
+    env = Env()
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def _producer(env: Env, fast: bool, **settings: Any) -> Producer:
+    settings.setdefault("linger_ms", 60000)  # only full batches go out before flush(): batch bounds by content
+    p = env.producer(**settings)
+    p._admission.sticky._rng = random.Random(7)
+    if not fast:
+        p._fast = None
+    else:
+        assert p._fast is not None
+    p.partitions_for("t")
+    p.partitions_for("u")
+    return p
+
+
+def _raw_batches(env: Env) -> Dict[TopicPartition, List[bytes]]:
+    out: Dict[TopicPartition, List[bytes]] = {}
+    for req in env.selector.sent(m.PRODUCE):
+        for t in req.body["topic_data"]:
+            for part in t["partition_data"]:
+                out.setdefault((t["name"], part["index"]), []).append(bytes(part["records"]))
+    return out
+
+
+def _workload(p: Producer, acked: Dict[TopicPartition, List[int]]) -> List[Any]:
+    """Keyless (sticky), keyed, explicit-partition records, with and without callbacks, some with headers
+    (those take the Python path in the middle of fast ones); explicit timestamps so the bytes compare."""
+
+    def cb(md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+        assert md is not None and exc is None
+        acked.setdefault((md.topic, md.partition), []).append(md.offset)
+
+    futures = []
+    for i in range(1500):
+        topic = "t" if i % 7 else "u"
+        value = b"v%d" % i * (1 + i % 5)
+        kind = i % 5
+        if i % 97 == 0:
+            futures.append(p.send(topic, value, headers=[("h", b"%d" % i)], timestamp_ms=TS + i, callback=cb))
+        elif kind == 0:
+            futures.append(p.send(topic, value, timestamp_ms=TS + i))
+        elif kind == 1:
+            futures.append(p.send(topic, value, key=b"key-%d" % (i % 41), timestamp_ms=TS + i, callback=cb))
+        elif kind == 2:
+            futures.append(p.send(topic, value, partition=i % 2, timestamp_ms=TS + i, callback=cb))
+        elif kind == 3:
+            futures.append(p.send(topic, None, b"k", None, None, TS + i, cb))  # all positional, null value
+        else:
+            futures.append(p.send(topic=topic, value=value, timestamp_ms=TS + i - 3, callback=cb))
+    return futures
+
+
+def _records(wire: Dict[TopicPartition, List[bytes]]) -> Dict[TopicPartition, List[Any]]:
+    out: Dict[TopicPartition, List[Any]] = {}
+    for tp, raw in wire.items():
+        for batch in (b for r in raw for b in read_batches(r)):
+            out.setdefault(tp, []).extend((batch.base_timestamp + r.timestamp_delta, r.key, r.value, r.headers)
+                                          for r in batch.records)
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1 << 20, 1024])
+def test_fast_and_python_send_put_the_same_bytes_on_the_wire(batch_size: int) -> None:
+    """With 1 MB batches nothing is sent before flush(): one batch per partition, compared byte for byte.
+    With 1 KB batches they roll over (the fast path hands full batches to the Python path); which batches a
+    drain takes before flush() depends on timing (a node's drain takes every partition's first batch), so the
+    records are compared in order, per partition."""
+    results = []
+    for fast in (True, False):
+        e = Env()
+        try:
+            p = _producer(e, fast, batch_size=batch_size)
+            acked: Dict[TopicPartition, List[int]] = {}
+            futures = _workload(p, acked)
+            partitions = [f._batch.partition for f in futures]
+            p.flush(30)
+            mds = [f.get(5) for f in futures]
+            results.append((_raw_batches(e), partitions, mds, acked, dict(p._admission.hash_cache),
+                            {t: list(s) for t, s in p._admission.sticky.state.items()},
+                            p._fast.hits if p._fast is not None else 0))
+        finally:
+            e.close()
+    (wire_f, parts_f, mds_f, acked_f, cache_f, sticky_f, hits), (wire_s, parts_s, mds_s, acked_s, cache_s, sticky_s,
+                                                                 _) = results
+    assert hits > 1400  # the fast path took all but the first records of a topic or batch and those with headers
+    assert parts_f == parts_s
+    if batch_size > 1024:
+        assert wire_f == wire_s
+        assert all(len(raw) == 1 for raw in wire_f.values())
+    else:
+        assert sum(len(raw) for raw in wire_f.values()) > 16  # batches rolled over
+        assert _records(wire_f) == _records(wire_s)
+    assert mds_f == mds_s
+    assert acked_f == acked_s
+    for offsets in acked_f.values():
+        assert offsets == sorted(offsets)  # callbacks in append order
+    assert cache_f == cache_s and sticky_f == sticky_s
+
+
+def test_fast_path_partitions_and_timestamps(env: Env) -> None:
+    p = _producer(env, True)
+    key = b"user-42"
+    hits = 0
+    for _ in range(2):
+        assert p._fast is not None
+        hits = p._fast.hits  # (the first records of a topic and of a partition take the Python path: no batch yet)
+        before = int(time.time() * 1000)
+        f_key = p.send("t", b"x", key=key)
+        f_part = p.send("t", b"x", key=key, partition=4)
+        f_now = p.send("t", b"x")
+        after = int(time.time() * 1000)
+    assert p._fast is not None and p._fast.hits - hits == 3
+    assert f_key._batch.partition == partition_for_key(key, 6)
+    assert f_part._batch.partition == 4
+    assert before <= f_now.timestamp <= after
+    assert f_now._batch.partition == p._admission.sticky.state["t"][0] or f_now._batch.partition in range(6)
+    assert (f_key.key_size, f_key.value_size, f_now.key_size) == (len(key), 1, -1)
+    p.flush(10)
+    assert f_key.get(5).partition == partition_for_key(key, 6)
+    assert f_part.get(5).offset >= 0
+
+
+def test_sticky_switches_after_a_batch_worth_as_python_send(env: Env) -> None:
+    seqs = []
+    for fast in (True, False):
+        e = Env()
+        try:
+            p = _producer(e, fast, batch_size=512)
+            seqs.append([p.send("t", b"x" * 90, timestamp_ms=TS)._batch.partition for _ in range(60)])
+        finally:
+            e.close()
+    assert seqs[0] == seqs[1]
+    assert len(set(seqs[0])) > 1  # it moved on
+
+
+def test_bad_arguments_raise_what_python_send_raises(env: Env) -> None:
+    other = Env()
+    try:
+        _check_bad_arguments(_producer(env, True, max_block_ms=3000), _producer(other, False, max_block_ms=3000))
+    finally:
+        other.close()
+
+
+def _check_bad_arguments(fast: Producer, slow: Producer) -> None:
+    cases: List[Tuple[Tuple[Any, ...], Dict[str, Any]]] = [
+        (("t", "text"), {}), (("t", b"v"), {"key": "k"}), ((5, b"v"), {}), (("t", b"v"), {"partition": -1}),
+        (("t", b"v"), {"partition": True}), (("t", b"v"), {"partition": 1.0}), (("t", b"v"), {"timestamp_ms": -5}),
+        (("t", b"v"), {"timestamp_ms": True}), (("t", b"v"), {"timestamp_ms": 1.5}), (("t", b"v"), {"nope": 1}),
+        (("t", b"v", None, None, None, None, None, 8), {}), ((), {"value": b"v"}), (("t", b"v"), {"topic": "t"}),
+    ]
+    for args, kwargs in cases:
+        errors = []
+        for p in (fast, slow):
+            with pytest.raises((TypeError, ValueError)) as info:
+                p.send(*args, **kwargs)
+            errors.append((type(info.value), str(info.value)))
+        assert errors[0] == errors[1], (args, kwargs)
+    assert fast._fast is not None and fast._fast.hits == 0
+    # errors about the record go to its future, as in the Python send()
+    for p in (fast, slow):
+        with pytest.raises(MessageTooLargeError):
+            p.send("t", b"x" * (2 * 1024 * 1024)).get(1)
+
+
+def test_closed_or_failed_producer_raises(env: Env) -> None:
+    p = _producer(env, True)
+    p.send("t", b"x")
+    fatal = KafkaError("fenced, say")
+    p._sender.fatal_error = fatal
+    with pytest.raises(KafkaError) as info:
+        p.send("t", b"x")
+    assert info.value is fatal
+    p._sender.fatal_error = None
+    p.close(5)
+    with pytest.raises(ProducerClosedError, match="after close"):
+        p.send("t", b"x")
+    with pytest.raises(ProducerClosedError):
+        p.send("t", b"x", key=b"k", partition=1)
+
+
+@pytest.mark.parametrize("settings, built", [
+    ({}, True), ({"value_serializer": str.encode}, False), ({"key_serializer": str.encode}, False),
+    ({"partitioner": lambda t, k, v, n: 0}, False), ({"transactional_id": "tx-1"}, False),
+    ({"partitioner_ignore_keys": True}, True)])
+def test_fast_path_is_built_only_for_plain_settings(env: Env, settings: Dict[str, Any], built: bool) -> None:
+    assert (env.producer(**settings)._fast is not None) is built
+
+
+def test_records_that_need_the_python_path_take_it(env: Env) -> None:
+    p = _producer(env, True, batch_size=256, compression_type="gzip")
+    assert p._fast is not None
+    p.send("t", b"x", headers={"h": b"1"})
+    p.send("t", b"x", headers=[])  # empty headers: plain
+    hits = p._fast.hits
+    futures = [p.send("t", b"y" * 50, partition=0, timestamp_ms=TS) for _ in range(40)]  # batches fill and grow
+    assert p._fast.hits - hits < 40
+    p.flush(10)
+    assert [f.get(5).offset for f in futures] == sorted(f.get(5).offset for f in futures)
+    assert env.selector.log_values(("t", 0))[-40:] == [b"y" * 50] * 40
+
+
+def test_callbacks_of_fast_and_python_records_keep_send_order(env: Env) -> None:
+    p = _producer(env, True)
+    order: List[int] = []
+    for i in range(50):
+        headers = {"h": b"1"} if i % 3 == 0 else None
+        p.send("t", b"x", partition=2, headers=headers, callback=functools.partial(_append_index, order, i))
+    p.flush(10)
+    assert order == list(range(50))
+
+
+def _append_index(order: List[int], i: int, md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+    order.append(i)
+
+
+def test_send_keeps_its_signature_docstring_and_overrides() -> None:
+    sig = inspect.signature(Producer.send)
+    assert list(sig.parameters) == ["self", "topic", "value", "key", "headers", "partition", "timestamp_ms",
+                                    "callback"]
+    assert Producer.send.__doc__ is not None and Producer.send.__doc__.startswith("Queue one record")
+    assert Producer.send.__name__ == "send" and Producer.send.__qualname__ == "Producer.send"
+    assert inspect.isfunction(Producer.send.__wrapped__)  # type: ignore[attr-defined]
+    assert "Queue one record" in pydoc.render_doc(Producer.send)
+    assert "send(self, topic" in pydoc.plain(pydoc.render_doc(Producer))
+
+    class Counting(Producer):
+        calls = 0
+
+        def send(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            Counting.calls += 1
+            return super().send(*args, **kwargs)
+
+    e = Env()
+    try:
+        c = Counting(transport=e.selector, bootstrap_servers="broker1:9092", linger_ms=60000)
+        e.producers.append(c)
+        c.partitions_for("t")
+        first = c.send("t", b"x", partition=1)
+        second = Producer.send(c, "t", b"y", partition=1)  # the unbound call: fast too
+        c.flush(10)
+        assert (first.get(5).offset, second.get(5).offset) == (0, 1)
+        assert Counting.calls == 1 and c._fast is not None and c._fast.hits >= 1
+    finally:
+        e.close()
+
+
+def test_fast_path_futures_and_callbacks_are_freed_once_the_batch_completes(env: Env) -> None:
+    """The fast path's futures and callback entries are not tracked by the cyclic GC: the batch's completion
+    breaks the one cycle they are part of, and reference counting frees them."""
+
+    class Callback:
+        calls = 0
+
+        def __call__(self, md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+            Callback.calls += 1
+
+    p = _producer(env, True)
+    p.send("t", b"x", partition=3)  # opens the partition's batch
+    cb = Callback()
+    ref = weakref.ref(cb)
+    fut = p.send("t", b"x", partition=3, callback=cb)
+    assert p._fast is not None and p._fast.hits == 1
+    assert not gc.is_tracked(fut)
+    p.flush(10)
+    assert fut.get(5).offset == 1 and Callback.calls == 1
+    del cb, fut
+    assert ref() is None
+
+
+def test_fast_path_takes_and_gives_back_the_accumulator_lock(env: Env) -> None:
+    """On CPython 3.9-3.12 the fast path takes a free accumulator lock without calling acquire() (the lock's layout
+    is checked when the producer is made); a lock held elsewhere is waited for through acquire()."""
+    p = _producer(env, True)
+    assert p._fast is not None
+    if sys.implementation.name == "cpython" and sys.version_info < (3, 13):
+        assert p._fast.lock_direct == 1
+    lock = p._accumulator._lock
+    p.send("t", b"x", partition=0)  # opens the batch
+    first = p.send("t", b"x", partition=0)
+    assert p._fast.hits == 1 and not lock.locked()
+    lock.acquire()
+    results: List[Any] = []
+    thread = threading.Thread(target=lambda: results.append(p.send("t", b"y", partition=0)))
+    thread.start()
+    lock.release()
+    thread.join(10)
+    assert not thread.is_alive() and len(results) == 1 and not lock.locked()
+    assert p._fast.hits == 2
+    assert lock.acquire(False)  # still an ordinary lock for the Python code
+    lock.release()
+    p.flush(10)
+    assert (first.get(5).offset, results[0].get(5).offset) == (1, 2)

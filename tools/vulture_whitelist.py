@@ -51,3 +51,6 @@ _.executor_logs
 # benchmarks/conftest.py: pytest hooks, called by name
 pytest_configure
 _.benchmark_enable
+
+# tests/unit/test_plugins.py: a plug-in class loaded by its dotted name (partitioner.class)
+FailingConfigure

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..protocol.accel import speedups
 from ..protocol.columns import BinaryColumn, _Rows, column_max_length, row_indices
-from .admission import BOUND_EXTRA, RECORD_OVERHEAD, check_timestamp, check_topic
-from .admission import bad_partition
+from .admission import BOUND_EXTRA, RECORD_OVERHEAD, bad_partition, check_timestamp, check_topic
 from .future import BatchSendFuture
 from .partitioner import murmur2
 

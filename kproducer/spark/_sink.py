@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 
 from ..config import ProducerConfig
 from ..errors import ProducerFencedError
+from ..producer.columnar import columnar_supported, send_columns
 from ..producer.consumer_group import OffsetAndMetadata
 from ..producer.future import BatchSendFuture
 from ..producer.kafka_producer import Producer
@@ -35,7 +36,6 @@ from ..producer.transaction_handle import (
     committed_offsets,
     prepare_transaction,
 )
-from ..producer.columnar import columnar_supported, send_columns
 from ._arrow import column_groups, groups
 from ._options import SinkOptions, parse_options
 from ._producers import discard_producer, get_producer

@@ -247,7 +247,7 @@ def test_a_batch_size_reservation_comes_with_a_buffer_that_is_reused_after_it_co
     assert pool.available_memory() == 1000  # a free buffer counts as available memory
     assert pool.unallocated_memory() == 900
     size2, again = pool.allocate_buffer(100, 0)
-    assert again is buf  # the same bytearray: its allocation is reused (contents are the builder's to overwrite)
+    assert size2 == 100 and again is buf  # the same bytearray: its allocation is reused (contents are the builder's to overwrite)
     assert (pool.buffers_created, pool.buffers_reused) == (1, 1)
     assert pool.hit_rate == 0.5
     assert pool.available_memory() == 900

@@ -12,8 +12,8 @@ import pytest
 from kproducer.errors import MessageTooLargeError
 from kproducer.producer.columnar import _column_partitions_py, column_partitions, send_columns
 from kproducer.producer.partitioner import murmur2
-from kproducer.protocol.accel import speedups
 from kproducer.protocol import messages as m
+from kproducer.protocol.accel import speedups
 from kproducer.protocol.columns import (
     BinaryColumn,
     _column_max_length_py,
@@ -99,14 +99,15 @@ def test_columns_encode_the_batches_the_per_row_path_encodes(layout: str, impl: 
     extend = EXTENDS[impl]
     for with_keys in (True, False):
         ks = keys if with_keys else None
-        expected = _batches(lambda b, pos: b.extend(1_700_000_000_000, ks, values, None, indices, pos), len(indices),
+        expected = _batches(lambda b, pos, ks=ks: b.extend(1_700_000_000_000, ks, values, None, indices, pos), len(indices),
                             RecordBatchBuilder)
-        got = _batches(lambda b, pos: extend(b, 1_700_000_000_000, kcol if with_keys else None, vcol, indices, pos),
+        kc = kcol if with_keys else None
+        got = _batches(lambda b, pos, kc=kc: extend(b, 1_700_000_000_000, kc, vcol, indices, pos),
                        len(indices), RecordBatchBuilder)
         assert got == expected and len(expected) > 3
         if impl == "py":  # the twin on the pure-Python records buffer, too
-            assert _batches(lambda b, pos: extend(b, 1_700_000_000_000, kcol if with_keys else None, vcol, indices,
-                                                  pos), len(indices), _PyBuilder) == expected
+            assert _batches(lambda b, pos, kc=kc: extend(b, 1_700_000_000_000, kc, vcol, indices, pos), len(indices),
+                            _PyBuilder) == expected
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+from bisect import bisect_right as _bisect
 from collections import deque
 from functools import partial
 from time import perf_counter as _perf_counter
@@ -104,12 +105,12 @@ class _BatchSlot:
 class _Run:
     """Records staged together (one partition, or the keyless records of one topic, one timestamp): their
     keys and values, and -- once appended -- ``segs``, ``(first index, count, first offset delta, slot)`` per
-    batch they went into. A record's future is (run, index); it computes its RecordMetadata from these when
+    batch they went into, in index order (``starts``: their first indices). A record's future is (run, index); it computes its RecordMetadata from these when
     asked. ``sizes``: (key size, value size) of a one-record run made by the synchronous send() (its
     serialized sizes), else None (sizes from keys/values). ``extra``: per-record state of the few records
     that have one (cancelled, callbacks, waiting tasks); None for none."""
 
-    __slots__ = ("owner", "ts", "keys", "values", "topic", "part", "segs", "extra", "watchers", "sizes")
+    __slots__ = ("owner", "ts", "keys", "values", "topic", "part", "segs", "starts", "extra", "watchers", "sizes")
 
     def __init__(self, owner: "AsyncProducer", ts: int, topic: str, part: Any) -> None:
         self.owner = owner
@@ -119,6 +120,7 @@ class _Run:
         self.topic = topic
         self.part = part
         self.segs: Optional[List[Tuple[int, int, int, _BatchSlot]]] = None
+        self.starts: List[int] = [0]  # the segments' first indices (ascending, as segs)
         self.extra: Optional[Dict[int, _RecordState]] = None
         self.watchers: Optional[List["RecordFuture"]] = None  # watching records before the append
         self.sizes: Optional[Tuple[int, int]] = None
@@ -169,15 +171,12 @@ class RecordFuture:
 
     def _locate(self) -> Optional[Tuple[_BatchSlot, int]]:
         """(the slot of the batch holding the record now, its offset delta there); None before the append."""
-        segs = self._run.segs
+        run = self._run
+        segs = run.segs
         if segs is None:
             return None
         i = self._i
-        for start, count, first, slot in segs:
-            if start <= i < start + count:
-                break
-        else:  # pragma: no cover - every index is in a segment once appended
-            raise AssertionError("record not in its run's segments")
+        start, _count, first, slot = segs[_bisect(run.starts, i) - 1]
         delta = first + i - start
         while slot.split is not None:
             b, delta = slot.batch.split_into[delta]
@@ -315,24 +314,22 @@ class RecordFuture:
             segs = run.segs
             if segs is not None:
                 i = self._i
-                for start, count, first, slot in segs:
-                    if start <= i < start + count:
-                        if slot.done and slot.split is None:
-                            b = slot.batch
-                            if b.error is None:
-                                if run.sizes is None:
-                                    k = run.keys[i]
-                                    v = run.values[i]
-                                    ks = -1 if k is None else len(k)
-                                    vs = -1 if v is None else len(v)
-                                else:
-                                    ks, vs = run.sizes
-                                base = b.base_offset
-                                lat = b.log_append_time
-                                return _tuple_new(RecordMetadata, (
-                                    b.topic, b.partition, base + first + i - start if base >= 0 else -1,
-                                    lat if lat >= 0 else run.ts, ks, vs))
-                        break
+                start, _count, first, slot = segs[_bisect(run.starts, i) - 1]
+                if slot.done and slot.split is None:
+                    b = slot.batch
+                    if b.error is None:
+                        if run.sizes is None:
+                            k = run.keys[i]
+                            v = run.values[i]
+                            ks = -1 if k is None else len(k)
+                            vs = -1 if v is None else len(v)
+                        else:
+                            ks, vs = run.sizes
+                        base = b.base_offset
+                        lat = b.log_append_time
+                        return _tuple_new(RecordMetadata, (
+                            b.topic, b.partition, base + first + i - start if base >= 0 else -1,
+                            lat if lat >= 0 else run.ts, ks, vs))
         while not self.done():
             waiter: "asyncio.Future[None]" = self.get_loop().create_future()
             self._state_for_update().waiters.append(waiter)
@@ -728,6 +725,8 @@ class AsyncProducer:
                 segs.append((idxs.start, cnt, first, slot))
             if failed is not None:
                 self._fail_unqueued(run, segs, failed)
+            if len(segs) > 1:
+                run.starts = [seg[0] for seg in segs]
             run.segs = segs
             watchers = run.watchers
             if watchers is not None:  # (records awaited, or given callbacks, before the append)
@@ -744,6 +743,7 @@ class AsyncProducer:
         log.debug("async send() could not queue %d records: %s", len(run.values) - len(queued), error)
         slot = _failed_slot(run.topic, error)
         segs.extend((i, 1, 0, slot) for i in range(len(run.values)) if i not in queued)
+        segs.sort(key=lambda seg: seg[0])
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator

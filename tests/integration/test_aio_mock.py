@@ -484,3 +484,133 @@ def test_keyless_keyed_and_explicit_partition_records_are_stored_in_send_order(c
     assert len({m.partition for m in metas[0:7]}) == 1  # (a keyless run stays on one partition)
     # keyless records move on to another partition after about batch.size bytes (uniform sticky)
     assert len({m.partition for i, m in enumerate(metas) if (i // 7) % 3 == 0}) > 1
+
+
+def test_record_future_awaited_before_and_after_its_batch_completes(cluster: MockCluster) -> None:
+    """The future send() returns resolves for a task that awaits it before the batch completes (the broker
+    is down) and, the same, for an await after completion; result() says "not ready" until then."""
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=3)
+            cluster.stop_broker(1)
+            fut = await p.send(TOPIC, b"early", partition=3, key=b"k")
+            assert isinstance(fut, RecordFuture) and not fut.done() and not fut.cancelled()
+            with pytest.raises(asyncio.InvalidStateError):
+                fut.result()
+            with pytest.raises(asyncio.InvalidStateError):
+                fut.exception()
+            early = asyncio.ensure_future(_await(fut))
+            await asyncio.sleep(0.05)
+            assert not early.done() and not fut.done()
+            cluster.start_broker(1)
+            meta = await early
+            assert fut.done() and fut.exception() is None and fut.result() == meta
+            assert await fut == meta  # awaited again, after completion
+            assert (meta.topic, meta.partition, meta.offset) == (TOPIC, 3, 1)
+            assert (meta.serialized_key_size, meta.serialized_value_size) == (1, 5)
+            assert "done" in repr(fut)
+
+    asyncio.run(main())
+    assert [r.value for r in cluster.records(TOPIC, 3)] == [b"warm", b"early"]
+
+
+def test_record_future_raises_the_records_error(cluster: MockCluster) -> None:
+    from kproducer.errors import KafkaError
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=20, retries=0,
+                                 enable_idempotence=False) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=4)
+            cluster.inject_errors("Produce", [87])  # INVALID_RECORD: not retriable
+            futs = [await p.send(TOPIC, b"%d" % i, partition=4) for i in range(10)]
+            waiter = asyncio.ensure_future(_await(futs[0]))  # waiting before the failure
+            with pytest.raises(KafkaError) as raised:
+                await waiter
+            for f in futs:
+                with pytest.raises(type(raised.value)):
+                    await f
+                assert f.done() and not f.cancelled()
+                assert isinstance(f.exception(), KafkaError)
+                with pytest.raises(KafkaError):
+                    f.result()
+            assert "failed" in repr(futs[0])
+
+    asyncio.run(main())
+
+
+def test_record_future_works_with_asyncio_gather_wait_wait_for_shield_and_callbacks(cluster: MockCluster) -> None:
+    """The record future is future-like: asyncio takes it as it is (no Task made for it)."""
+
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=5)
+            cluster.stop_broker(1)
+            futs = [await p.send(TOPIC, b"%d" % i, partition=5) for i in range(6)]
+            assert all(asyncio.isfuture(f) for f in futs)
+            assert asyncio.ensure_future(futs[0]) is futs[0]
+            assert futs[0].get_loop() is asyncio.get_running_loop()
+            calls: List[Any] = []
+            futs[1].add_done_callback(calls.append)
+            futs[1].add_done_callback(lambda f: calls.append("second"))
+            futs[2].add_done_callback(calls.append)
+            assert futs[2].remove_done_callback(calls.append) == 1
+            gathered = asyncio.gather(*futs[:3])
+            waited = asyncio.ensure_future(asyncio.wait(futs[3:5]))
+            timed = asyncio.ensure_future(asyncio.wait_for(futs[5], 60))
+            shielded = asyncio.shield(futs[4])
+            await asyncio.sleep(0.05)
+            assert not calls and not gathered.done() and not waited.done()
+            cluster.start_broker(1)
+            metas = await gathered
+            done, pending = await waited
+            assert done == set(futs[3:5]) and not pending
+            assert (await timed) == futs[5].result()
+            assert (await shielded) == futs[4].result()
+            assert [m.offset for m in metas] == [1, 2, 3]
+            await asyncio.sleep(0)
+            assert calls == [futs[1], "second"]  # (futs[2]'s callback was removed)
+            late: List[Any] = []
+            futs[0].add_done_callback(late.append)  # already done: scheduled at once
+            await asyncio.sleep(0)
+            assert late == [futs[0]]
+
+    asyncio.run(main())
+    assert [r.value for r in cluster.records(TOPIC, 5)] == [b"warm"] + [b"%d" % i for i in range(6)]
+
+
+def test_cancelling_a_task_awaiting_a_record_cancels_neither_the_record_nor_its_future(cluster: MockCluster) -> None:
+    async def main() -> None:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=0) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=0)
+            cluster.stop_broker(1)
+            fut = await p.send(TOPIC, b"kept", partition=0)
+            first = asyncio.ensure_future(_await(fut))
+            second = asyncio.ensure_future(_await(fut))
+            await asyncio.sleep(0.02)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            assert not fut.cancelled() and not fut.done()
+            with pytest.raises(asyncio.TimeoutError):  # wait_for's timeout cancels its own wait only
+                await asyncio.wait_for(_await(fut), 0.01)
+            cluster.start_broker(1)
+            meta = await second  # the other waiter still gets the outcome
+            assert meta == fut.result() and meta.offset == 1
+            # cancel() itself cancels the future (not the record), and wakes its waiters
+            cluster.stop_broker(1)
+            other = await p.send(TOPIC, b"sent-anyway", partition=0)
+            waiter = asyncio.ensure_future(_await(other))
+            await asyncio.sleep(0.02)
+            assert other.cancel("not interested") and other.cancelled() and other.done()
+            assert not other.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            with pytest.raises(asyncio.CancelledError):
+                other.result()
+            cluster.start_broker(1)
+            await p.flush()
+            assert other.cancelled()
+
+    asyncio.run(main())
+    assert [r.value for r in cluster.records(TOPIC, 0)] == [b"warm", b"kept", b"sent-anyway"]

@@ -9,9 +9,10 @@ implementation of anything that talks to Kafka); what it adds is the bridge to o
   ``on_free`` hook sets -- and tries again, bounded by ``max.block.ms`` as in Java.
 * Completions reach the loop in groups. Each batch carries one completion thunk (not one per record); the
   network thread queues the completed batch and wakes the loop with one ``call_soon_threadsafe`` for all
-  batches completed until the loop gets to them (so about one per produce response). On the loop, the
-  records' :class:`asyncio.Future` objects are resolved at most :data:`DELIVER_CHUNK` per callback, so a
-  response carrying thousands of records never holds the loop for long.
+  batches completed until the loop gets to them (so about one per produce response). On the loop, each
+  completed batch is marked done (nothing is done per record: a :class:`RecordFuture` computes its
+  RecordMetadata when asked); the few records with a waiting task or a done callback are settled at most
+  :data:`DELIVER_CHUNK` per callback, so a response carrying thousands of them never holds the loop for long.
 * Blocking calls of the synchronous producer (``flush``, ``close``, the transaction calls,
   ``send_batch``) run in a small thread pool of the producer's own.
 
@@ -70,6 +71,7 @@ STAGE_MAX = 1024
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
 _NEVER = 1 << 62  # (a size no record passes)
+_HOT_BOUND = RECORD_OVERHEAD + BOUND_EXTRA
 
 _tuple_new = tuple.__new__
 
@@ -367,8 +369,8 @@ class AsyncProducer:
 
     Settings are the synchronous :class:`~kproducer.Producer`'s (Java names or Python aliases), passed
     through unchanged; :attr:`producer` is that producer. One producer serves one event loop (the loop
-    that first uses it). ``await send()`` returns an :class:`asyncio.Future` for
-    :class:`~kproducer.RecordMetadata`; errors that the synchronous ``send()`` reports through its future
+    that first uses it). ``await send()`` returns a :class:`RecordFuture` (future-like: await it, or give it
+    to ``asyncio.gather``/``wait``) for :class:`~kproducer.RecordMetadata`; errors that the synchronous ``send()`` reports through its future
     (``max.block.ms`` passed while waiting for metadata or buffer space, a record over max.request.size, a
     topic's metadata error) fail that future likewise; bad arguments raise from ``send()`` itself.
     """
@@ -398,6 +400,8 @@ class AsyncProducer:
         self._runs: List[_Run] = []
         self._staged_need = 0
         self._staged_count = 0
+        self._hot_limit = -1  # buffer memory the hot path of send() may stage up to (this loop iteration)
+        self._hot_max_value = self._max_request - _BOUND_EXTRA - _RECORD_OVERHEAD  # (a value at most this long)
         self._flush_scheduled = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -524,16 +528,38 @@ class AsyncProducer:
         max.block.ms; the record's future then fails with KafkaTimeoutError / BufferExhaustedError, as
         with the synchronous producer. Cancelling a waiting ``send()`` leaves the record unsent; once
         ``send()`` returned, the record is sent whatever becomes of the returned future."""
-        loop = self._loop
-        if loop is None:
-            loop = self._bind()
-        if self._closed:
-            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+        if self._loop is None:
+            self._bind()
         sends = self._sends = self._sends + 1
         if not sends & 31 and (sends >= YIELD_EVERY or _perf_counter() >= self._next_yield):
             self._sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # The hot path: one more plain keyless record for the current keyless run of this loop iteration, whose
+        # first record passed every check below (they hold until the run is appended at the end of the
+        # iteration); only its own size, timestamp and the buffer memory are left to check.
+        run = self._keyless_run
+        if run is not None and run.topic is topic and key is None and partition is None and timestamp_ms is None \
+                and headers is None and type(value) is bytes:
+            size = len(value)
+            if run.ts == int(_wall() * 1000) and size <= self._hot_max_value:
+                need = self._staged_need + 2 * (size + _HOT_BOUND)
+                if need <= self._hot_limit:
+                    self._staged_need = need
+                    values = run.values
+                    rec = _new_record(RecordFuture)
+                    rec._run = run
+                    rec._i = len(values)
+                    run.keys.append(None)
+                    values.append(value)
+                    self._staged_count += 1
+                    if self._staged_count >= STAGE_MAX:
+                        self._flush_staged()
+                    return rec
+        loop = self._loop
+        assert loop is not None
+        if self._closed:
+            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
         # The fast path (a plain record: bytes/None key and value, no headers, nothing configured that a record
         # must go through, not transactional): the synchronous send()'s checks, then the record is staged and
         # appended with the others staged in this loop iteration (see _flush_staged). Anything else, and
@@ -568,6 +594,8 @@ class AsyncProducer:
                         pool = self._pool
                         if not pool._waiters and pool._available >= need:
                             self._staged_need = need
+                            # (the hot path's memory bound until the end of this loop iteration)
+                            self._hot_limit = pool._available if self._system_clock else -1
                             values = run.values
                             rec = _new_record(RecordFuture)
                             rec._run = run
@@ -680,6 +708,7 @@ class AsyncProducer:
         self._keyless_run = None
         self._staged_need = 0
         self._staged_count = 0
+        self._hot_limit = -1
         p = self._producer
         acc = p._accumulator
         now = p._monotonic_ms()

@@ -614,3 +614,34 @@ def test_cancelling_a_task_awaiting_a_record_cancels_neither_the_record_nor_its_
 
     asyncio.run(main())
     assert [r.value for r in cluster.records(TOPIC, 0)] == [b"warm", b"kept", b"sent-anyway"]
+
+
+def test_keyless_sends_past_the_buffer_memory_wait_for_space_and_all_arrive(cluster: MockCluster) -> None:
+    """Keyless records sent flat out that need more than buffer.memory: the staging bound (the hot path's
+    included) sends the excess through the waiting path, and every record is stored once, in order per
+    partition."""
+    n = 400
+
+    async def main() -> List[RecordMetadata]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, buffer_memory=64 * 1024,
+                                 batch_size=16 * 1024, linger_ms=5, max_block_ms=60_000) as p:
+            await p.send_and_wait(TOPIC, b"warm", partition=0)
+            waits = [0]
+            real_wait = p._wait_admissible
+
+            async def counting_wait(*args: Any) -> Any:
+                waits[0] += 1
+                return await real_wait(*args)
+
+            p._wait_admissible = counting_wait  # type: ignore[method-assign]
+            futs = [await p.send(TOPIC, b"%04d" % i + b"." * 996) for i in range(n)]
+            assert waits[0] > 0  # (some sends had to wait for memory)
+            return [await f for f in futs]
+
+    metas = asyncio.run(main())
+    assert len({(m.partition, m.offset) for m in metas}) == n
+    values = read_values(cluster, n + 1)
+    assert sorted(values) == sorted([b"warm"] + [b"%04d" % i + b"." * 996 for i in range(n)])
+    for part in range(PARTITIONS):
+        stored = [int(r.value[:4]) for r in cluster.records(TOPIC, part) if r.value != b"warm"]
+        assert stored == sorted(stored)

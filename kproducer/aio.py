@@ -9,9 +9,10 @@ implementation of anything that talks to Kafka); what it adds is the bridge to o
   ``on_free`` hook sets -- and tries again, bounded by ``max.block.ms`` as in Java.
 * Completions reach the loop in groups. Each batch carries one completion thunk (not one per record); the
   network thread queues the completed batch and wakes the loop with one ``call_soon_threadsafe`` for all
-  batches completed until the loop gets to them (so about one per produce response). On the loop, the
-  records' :class:`asyncio.Future` objects are resolved at most :data:`DELIVER_CHUNK` per callback, so a
-  response carrying thousands of records never holds the loop for long.
+  batches completed until the loop gets to them (so about one per produce response). On the loop, each
+  completed batch is marked done (nothing is done per record: a :class:`RecordFuture` computes its
+  RecordMetadata when asked); the few records with a waiting task or a done callback are settled at most
+  :data:`DELIVER_CHUNK` per callback, so a response carrying thousands of them never holds the loop for long.
 * Blocking calls of the synchronous producer (``flush``, ``close``, the transaction calls,
   ``send_batch``) run in a small thread pool of the producer's own.
 
@@ -26,6 +27,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+from bisect import bisect_right as _bisect
 from collections import deque
 from functools import partial
 from time import perf_counter as _perf_counter
@@ -36,6 +38,7 @@ from typing import (
     AsyncIterator,
     Deque,
     Dict,
+    Generator,
     List,
     Mapping,
     Optional,
@@ -49,7 +52,7 @@ from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from .producer.future import BatchSendFuture, RecordMetadata
+from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.records import RecordBatchBuilder
 
@@ -68,11 +71,9 @@ STAGE_MAX = 1024
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
 _NEVER = 1 << 62  # (a size no record passes)
+_HOT_BOUND = RECORD_OVERHEAD + BOUND_EXTRA
 
 _tuple_new = tuple.__new__
-_STRIDE = 5  # items per record in AsyncProducer._pending lists
-_Future = asyncio.Future
-InvalidStateError = asyncio.InvalidStateError
 
 
 class _BatchGroup:
@@ -86,6 +87,277 @@ class _BatchGroup:
         self.remaining = remaining
 
 
+class _BatchSlot:
+    """The loop's view of one batch that records wait for: ``done`` becomes True on the loop (in
+    ``_deliver``), after the network thread completed the batch -- so a record's state only ever changes on
+    the loop, as an asyncio future's does. ``watchers``: records with a waiting task or a done callback;
+    ``groups``: send_batch() groups; ``split``: after a KIP-126 split, the slots of the batches that hold the
+    records now."""
+
+    __slots__ = ("batch", "done", "watchers", "groups", "split")
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+        self.done = False
+        self.watchers: Optional[List["RecordFuture"]] = None
+        self.groups: Optional[List[_BatchGroup]] = None
+        self.split: Optional[Dict[Any, "_BatchSlot"]] = None
+
+
+class _Run:
+    """Records staged together (one partition, or the keyless records of one topic, one timestamp): their
+    keys and values, and -- once appended -- ``segs``, ``(first index, count, first offset delta, slot)`` per
+    batch they went into, in index order (``starts``: their first indices). A record's future is (run, index); it computes its RecordMetadata from these when
+    asked. ``sizes``: (key size, value size) of a one-record run made by the synchronous send() (its
+    serialized sizes), else None (sizes from keys/values). ``extra``: per-record state of the few records
+    that have one (cancelled, callbacks, waiting tasks); None for none."""
+
+    __slots__ = ("owner", "ts", "keys", "values", "topic", "part", "segs", "starts", "extra", "watchers", "sizes")
+
+    def __init__(self, owner: "AsyncProducer", ts: int, topic: str, part: Any) -> None:
+        self.owner = owner
+        self.ts = ts
+        self.keys: List[Optional[bytes]] = []
+        self.values: List[Optional[bytes]] = []
+        self.topic = topic
+        self.part = part
+        self.segs: Optional[List[Tuple[int, int, int, _BatchSlot]]] = None
+        self.starts: List[int] = [0]  # the segments' first indices (ascending, as segs)
+        self.extra: Optional[Dict[int, _RecordState]] = None
+        self.watchers: Optional[List["RecordFuture"]] = None  # watching records before the append
+        self.sizes: Optional[Tuple[int, int]] = None
+
+
+class _RecordState:
+    """What only some records have: ``cancelled``, done callbacks ``(fn, context)``, waiting tasks' futures."""
+
+    __slots__ = ("cancelled", "message", "callbacks", "waiters")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.message: Optional[str] = None
+        self.callbacks: List[Tuple[Any, Any]] = []
+        self.waiters: List["asyncio.Future[None]"] = []
+
+
+class RecordFuture:
+    """What ``await AsyncProducer.send()`` returns: the future of one record's :class:`RecordMetadata`.
+
+    ``await fut`` gives the metadata or raises the record's error. It is *future-like* in asyncio's sense
+    (``asyncio.isfuture(fut)`` is True), so ``asyncio.gather``, ``asyncio.wait``, ``asyncio.wait_for``,
+    ``asyncio.shield`` and ``asyncio.ensure_future`` take it as they take an :class:`asyncio.Future` (no
+    Task is made for it), and it has the Future's methods: ``done()``, ``result()``, ``exception()``,
+    ``cancel()``, ``cancelled()``, ``add_done_callback()``, ``remove_done_callback()``, ``get_loop()``.
+
+    It is cheap: a reference to the records staged with it and its position among them. Nothing is done per
+    record when its batch completes -- the batch is marked done on the loop (one step per batch) and the
+    metadata is computed when asked for. A task awaiting a record that is not done yet waits on an
+    :class:`asyncio.Future` of its own, made then; cancelling that task does not cancel the record (other
+    tasks awaiting it still get its outcome). ``cancel()`` cancels the future (it reports CancelledError
+    from then on), never the record, which is on its way (Kafka cannot recall it).
+
+    Its state changes only on the event loop, as an asyncio future's: ``done()`` becomes True when the loop
+    handles the completion of the record's batch. Use it from the loop's thread only.
+    """
+
+    __slots__ = ("_run", "_i")
+    #: asyncio's mark of a future-like object (``asyncio.isfuture``); never True: a waiting task waits on a
+    #: future of its own, so a task's cancellation never cancels the record's future
+    _asyncio_future_blocking = False
+
+    def __init__(self, run: _Run, index: int) -> None:
+        self._run = run
+        self._i = index
+
+    # -- where the record is -----------------------------------------------------------------------
+
+    def _locate(self) -> Optional[Tuple[_BatchSlot, int]]:
+        """(the slot of the batch holding the record now, its offset delta there); None before the append."""
+        run = self._run
+        segs = run.segs
+        if segs is None:
+            return None
+        i = self._i
+        start, _count, first, slot = segs[_bisect(run.starts, i) - 1]
+        delta = first + i - start
+        while slot.split is not None:
+            b, delta = slot.batch.split_into[delta]
+            slot = slot.split[b]
+        return slot, delta
+
+    def _state(self) -> Optional[_RecordState]:
+        extra = self._run.extra
+        return None if extra is None else extra.get(self._i)
+
+    def _state_for_update(self) -> _RecordState:
+        run = self._run
+        extra = run.extra
+        if extra is None:
+            extra = run.extra = {}
+        st = extra.get(self._i)
+        if st is None:
+            st = extra[self._i] = _RecordState()
+        return st
+
+    def _outcome(self) -> Tuple[Optional[RecordMetadata], Optional[BaseException]]:
+        """(metadata, error) of a done, not cancelled record."""
+        loc = self._locate()
+        assert loc is not None
+        slot, delta = loc
+        b = slot.batch
+        if b.error is not None:
+            return None, b.error
+        run = self._run
+        if run.sizes is not None:
+            ks, vs = run.sizes
+        else:
+            k, v = run.keys[self._i], run.values[self._i]
+            ks = -1 if k is None else len(k)
+            vs = -1 if v is None else len(v)
+        base = b.base_offset
+        return _tuple_new(RecordMetadata, (b.topic, b.partition, base + delta if base >= 0 else -1,
+                                           b.log_append_time if b.log_append_time >= 0 else run.ts, ks, vs)), None
+
+    # -- the Future API ----------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        st = self._state()
+        if st is not None and st.cancelled:
+            return True
+        loc = self._locate()
+        return loc is not None and loc[0].done
+
+    def cancelled(self) -> bool:
+        st = self._state()
+        return st is not None and st.cancelled
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        st = self._state()
+        msg = None if st is None else st.message
+        return asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
+
+    @property
+    def _cancel_message(self) -> Optional[str]:
+        st = self._state()
+        return None if st is None else st.message
+
+    def result(self) -> RecordMetadata:
+        if self.cancelled():
+            raise self._make_cancelled_error()
+        if not self.done():
+            raise asyncio.InvalidStateError("Result is not ready.")
+        meta, err = self._outcome()
+        if err is not None:
+            raise err
+        assert meta is not None
+        return meta
+
+    def exception(self) -> Optional[BaseException]:
+        if self.cancelled():
+            raise self._make_cancelled_error()
+        if not self.done():
+            raise asyncio.InvalidStateError("Exception is not set.")
+        return self._outcome()[1]
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._run.owner._loop
+        assert loop is not None
+        return loop
+
+    def cancel(self, msg: Optional[str] = None) -> bool:
+        """Cancel the future (not the record: it is sent all the same). False when already done."""
+        if self.done():
+            return False
+        st = self._state_for_update()
+        st.cancelled = True
+        st.message = msg
+        self._settle()
+        return True
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        """Call ``fn(fut)`` (scheduled with ``loop.call_soon``) when done, as an asyncio future does."""
+        if self.done():
+            self.get_loop().call_soon(fn, self, context=context)
+            return
+        self._state_for_update().callbacks.append((fn, context))
+        self._run.owner._watch(self)
+
+    def remove_done_callback(self, fn: Any) -> int:
+        st = self._state()
+        if st is None:
+            return 0
+        kept = [(f, c) for f, c in st.callbacks if f != fn]
+        removed = len(st.callbacks) - len(kept)
+        st.callbacks[:] = kept
+        return removed
+
+    def _settle(self) -> None:
+        """(loop) If done: wake the tasks waiting for it and schedule its callbacks; else watch its batch."""
+        st = self._state()
+        if st is None or not (st.callbacks or st.waiters):
+            return
+        if not self.done():
+            self._run.owner._watch(self)
+            return
+        waiters, st.waiters = st.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+        callbacks, st.callbacks = st.callbacks, []
+        if callbacks:
+            loop = self.get_loop()
+            for fn, ctx in callbacks:
+                loop.call_soon(fn, self, context=ctx)
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        run = self._run
+        if run.extra is None:
+            # the common case, inlined: the batch is done (and was not split), the record has no state
+            segs = run.segs
+            if segs is not None:
+                i = self._i
+                start, _count, first, slot = segs[_bisect(run.starts, i) - 1]
+                if slot.done and slot.split is None:
+                    b = slot.batch
+                    if b.error is None:
+                        if run.sizes is None:
+                            k = run.keys[i]
+                            v = run.values[i]
+                            ks = -1 if k is None else len(k)
+                            vs = -1 if v is None else len(v)
+                        else:
+                            ks, vs = run.sizes
+                        base = b.base_offset
+                        lat = b.log_append_time
+                        return _tuple_new(RecordMetadata, (
+                            b.topic, b.partition, base + first + i - start if base >= 0 else -1,
+                            lat if lat >= 0 else run.ts, ks, vs))
+        while not self.done():
+            waiter: "asyncio.Future[None]" = self.get_loop().create_future()
+            self._state_for_update().waiters.append(waiter)
+            self._run.owner._watch(self)
+            try:
+                yield from waiter
+            except BaseException:
+                st = self._state()
+                if st is not None and waiter in st.waiters:
+                    st.waiters.remove(waiter)
+                raise
+        return self.result()
+
+    __iter__ = __await__
+
+    def __repr__(self) -> str:
+        if self.cancelled():
+            state = "cancelled"
+        elif not self.done():
+            state = "pending"
+        else:
+            err = self._outcome()[1]
+            state = f"failed: {type(err).__name__}" if err is not None else "done"
+        return f"<RecordFuture {self._run.topic} {state}>"
+
+
 class AsyncProducer:
     """A Kafka producer for asyncio, with aiokafka's habits::
 
@@ -97,8 +369,8 @@ class AsyncProducer:
 
     Settings are the synchronous :class:`~kproducer.Producer`'s (Java names or Python aliases), passed
     through unchanged; :attr:`producer` is that producer. One producer serves one event loop (the loop
-    that first uses it). ``await send()`` returns an :class:`asyncio.Future` for
-    :class:`~kproducer.RecordMetadata`; errors that the synchronous ``send()`` reports through its future
+    that first uses it). ``await send()`` returns a :class:`RecordFuture` (future-like: await it, or give it
+    to ``asyncio.gather``/``wait``) for :class:`~kproducer.RecordMetadata`; errors that the synchronous ``send()`` reports through its future
     (``max.block.ms`` passed while waiting for metadata or buffer space, a record over max.request.size, a
     topic's metadata error) fail that future likewise; bad arguments raise from ``send()`` itself.
     """
@@ -122,23 +394,22 @@ class AsyncProducer:
         self._plain = adm.plain and adm.txn is None
         self._max_request = adm.max_request_size
         self._system_clock = p._system_clock
-        self._staged: Dict[Tuple[str, int], List[Any]] = {}  # (topic, partition) -> its current run
-        self._keyless_run: Optional[List[Any]] = None  # the current keyless run (of one topic)
+        self._staged: Dict[Tuple[str, int], _Run] = {}  # (topic, partition) -> its current run
+        self._keyless_run: Optional[_Run] = None  # the current keyless run (of one topic)
         self._ignore_keys = adm.ignore_keys
-        self._runs: List[List[Any]] = []
+        self._runs: List[_Run] = []
         self._staged_need = 0
         self._staged_count = 0
+        self._hot_limit = -1  # buffer memory the hot path of send() may stage up to (this loop iteration)
+        self._hot_max_value = self._max_request - _BOUND_EXTRA - _RECORD_OVERHEAD  # (a value at most this long)
         self._flush_scheduled = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, executor_threads), thread_name_prefix=f"kproducer-aio | {p.client_id}")
-        # record futures waiting for their batch (see _watch)
-        self._pending: Dict[Any, List[Any]] = {}
-        self._groups: Dict[Any, List[_BatchGroup]] = {}
-        # staged records' futures waiting for their batch, per append segment (see _flush_staged)
-        self._segs: Dict[Any, List[List[Any]]] = {}
-        # batches completed on the network thread, not yet delivered on the loop
-        self._done: Deque[Any] = deque()
+        # the loop's slot of every batch that records (or send_batch groups) wait for, until delivered
+        self._slots: Dict[Any, _BatchSlot] = {}
+        # slots of batches completed on the network thread, not yet delivered on the loop
+        self._done: Deque[_BatchSlot] = deque()
         self._scheduled = False
         self._sends = 0
         self._next_yield = 0.0
@@ -249,23 +520,46 @@ class AsyncProducer:
 
     async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: Optional[int] = None,
                    timestamp_ms: Optional[int] = None,
-                   headers: Optional[HeaderInput] = None) -> "asyncio.Future[RecordMetadata]":
-        """Admit one record and return the :class:`asyncio.Future` of its :class:`RecordMetadata`.
+                   headers: Optional[HeaderInput] = None) -> RecordFuture:
+        """Admit one record and return the :class:`RecordFuture` of its :class:`RecordMetadata` (future-like:
+        await it, or use it as an :class:`asyncio.Future`).
 
         Waits (without blocking the loop) for the topic's metadata and for buffer memory, at most
         max.block.ms; the record's future then fails with KafkaTimeoutError / BufferExhaustedError, as
         with the synchronous producer. Cancelling a waiting ``send()`` leaves the record unsent; once
         ``send()`` returned, the record is sent whatever becomes of the returned future."""
-        loop = self._loop
-        if loop is None:
-            loop = self._bind()
-        if self._closed:
-            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+        if self._loop is None:
+            self._bind()
         sends = self._sends = self._sends + 1
         if not sends & 31 and (sends >= YIELD_EVERY or _perf_counter() >= self._next_yield):
             self._sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
+        # The hot path: one more plain keyless record for the current keyless run of this loop iteration, whose
+        # first record passed every check below (they hold until the run is appended at the end of the
+        # iteration); only its own size, timestamp and the buffer memory are left to check.
+        run = self._keyless_run
+        if run is not None and run.topic is topic and key is None and partition is None and timestamp_ms is None \
+                and headers is None and type(value) is bytes:
+            size = len(value)
+            if run.ts == int(_wall() * 1000) and size <= self._hot_max_value:
+                need = self._staged_need + 2 * (size + _HOT_BOUND)
+                if need <= self._hot_limit:
+                    self._staged_need = need
+                    values = run.values
+                    rec = _new_record(RecordFuture)
+                    rec._run = run
+                    rec._i = len(values)
+                    run.keys.append(None)
+                    values.append(value)
+                    self._staged_count += 1
+                    if self._staged_count >= STAGE_MAX:
+                        self._flush_staged()
+                    return rec
+        loop = self._loop
+        assert loop is not None
+        if self._closed:
+            raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
         # The fast path (a plain record: bytes/None key and value, no headers, nothing configured that a record
         # must go through, not transactional): the synchronous send()'s checks, then the record is staged and
         # appended with the others staged in this loop iteration (see _flush_staged). Anything else, and
@@ -288,7 +582,7 @@ class AsyncProducer:
                     if partition is None and (key is None or self._ignore_keys):
                         # uniform sticky: the partitions are chosen when the run is appended (as send_batch)
                         run = self._keyless_run
-                        if run is None or run[4] is not topic or run[0] != ts:
+                        if run is None or run.topic is not topic or run.ts != ts:
                             run = self._keyless(loop, topic, ts, need)
                             if run is not None:
                                 need = self._staged_need
@@ -300,17 +594,21 @@ class AsyncProducer:
                         pool = self._pool
                         if not pool._waiters and pool._available >= need:
                             self._staged_need = need
-                            af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
-                            run[1].append(key)
-                            run[2].append(value)
-                            run[3].append(af)
+                            # (the hot path's memory bound until the end of this loop iteration)
+                            self._hot_limit = pool._available if self._system_clock else -1
+                            values = run.values
+                            rec = _new_record(RecordFuture)
+                            rec._run = run
+                            rec._i = len(values)
+                            run.keys.append(key)
+                            values.append(value)
                             self._staged_count += 1
                             if self._staged_count >= STAGE_MAX:
                                 self._flush_staged()
-                            return af
+                            return rec
         return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
 
-    def _keyless(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, need: int) -> Optional[List[Any]]:
+    def _keyless(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, need: int) -> Optional[_Run]:
         """A new keyless run for ``topic`` (None when the pool cannot take it: send() then waits). Later
         records of the topic for a given partition go to new runs (after this one)."""
         need += 2 * self._batch_size  # (its records may open batches on two partitions)
@@ -326,7 +624,7 @@ class AsyncProducer:
         return run
 
     def _partition_run(self, loop: asyncio.AbstractEventLoop, topic: str, key: Optional[bytes],
-                       partition: Optional[int], count: int, ts: int, need: int) -> Optional[List[Any]]:
+                       partition: Optional[int], count: int, ts: int, need: int) -> Optional[_Run]:
         """The run of the record's partition (explicit, or murmur2 of the key as the synchronous send());
         None when the partition is not a valid one (the synchronous send() says why) or the pool cannot take
         a new run."""
@@ -343,14 +641,14 @@ class AsyncProducer:
             part = h % count
         tp = (topic, part)
         run = self._staged.get(tp)
-        if run is not None and run[0] == ts:
+        if run is not None and run.ts == ts:
             return run
         need += self._batch_size
         pool = self._pool
         if pool._waiters or pool._available < need:
             return None
         run = self._keyless_run
-        if run is not None and run[4] is topic:
+        if run is not None and run.topic is topic:
             self._keyless_run = None  # (later keyless records of the topic go after this one)
         self._staged_need = need
         run = self._staged[tp] = self._new_run(loop, topic, ts, part)
@@ -358,7 +656,7 @@ class AsyncProducer:
 
     async def _send_one(self, loop: asyncio.AbstractEventLoop, topic: str, value: Any, key: Any,
                         partition: Optional[int], timestamp_ms: Optional[int],
-                        headers: Optional[HeaderInput]) -> "asyncio.Future[RecordMetadata]":
+                        headers: Optional[HeaderInput]) -> RecordFuture:
         """send() of one record through the synchronous send(), after the staged records (their order)."""
         if self._staged_count:
             self._flush_staged()
@@ -370,33 +668,29 @@ class AsyncProducer:
                 or pool._waiters or (pool._available < self._max_record and not self._has_room(key, value, headers)):
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
-                return self._failed(loop, failed)
+                return self._failed(topic, partition, failed)
             if self._staged_count:  # (other tasks staged records meanwhile)
                 self._flush_staged()
         sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
-        af: "asyncio.Future[RecordMetadata]" = _Future(loop=loop)
-        # (_watch, inlined)
-        b = sf._batch
-        lst = self._pending.get(b)
-        if lst is not None:
-            lst += (af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
-        else:
-            self._watch(b, sf, af, sf._delta, sf.timestamp, sf.key_size, sf.value_size)
-        return af
+        # a run of one record (its sizes are the serialized ones the synchronous send() measured)
+        run = _Run(self, sf.timestamp, topic, -1)
+        run.sizes = (sf.key_size, sf.value_size)
+        run.segs = [(0, 1, sf._delta, self._slot_for(sf._batch))]
+        return RecordFuture(run, 0)
 
     # -- staged records (send()'s fast path) -------------------------------------------------------
-    # self._staged[(topic, partition)] is the partition's current run: [timestamp, keys, values, futures];
+    # self._staged[(topic, partition)] is the partition's current run (a _Run: timestamp, keys, values);
     # self._runs holds every run in the order they were started (a partition's runs in its records' order; a
     # new run starts when the timestamp changes). _flush_staged appends each run with one append_many() and
-    # registers its futures; it runs at the end of the loop iteration that staged the first record (one
+    # records where their batches are; it runs at the end of the loop iteration that staged the first record (one
     # call_soon), when STAGE_MAX records are staged, and before anything that must see them queued (a send()
     # that takes the synchronous path, send_batch, flush, close, the transaction calls).
     # self._staged_need bounds the buffer memory the staged records can take (twice their bytes plus a batch
     # per partition): a record is staged only when the pool has that much free, so the append never waits.
 
-    def _new_run(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, part: Any) -> List[Any]:
-        """A run: ``[timestamp, keys, values, futures, topic, partition (True: keyless)]``."""
-        run: List[Any] = [ts, [], [], [], topic, part]
+    def _new_run(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, part: Any) -> _Run:
+        """A run of ``topic``'s records with timestamp ``ts``; ``part`` its partition, True for keyless."""
+        run = _Run(self, ts, topic, part)
         self._runs.append(run)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -414,14 +708,17 @@ class AsyncProducer:
         self._keyless_run = None
         self._staged_need = 0
         self._staged_count = 0
+        self._hot_limit = -1
         p = self._producer
         acc = p._accumulator
         now = p._monotonic_ms()
         touched = p._topic_touched
         max_block = self._max_block_ms
+        slots = self._slots
         wake = False
         last_topic = None
-        for ts, keys, values, afs, topic, part in runs:
+        for run in runs:
+            topic, ts, keys, values, part = run.topic, run.ts, run.keys, run.values, run.part
             if topic is not last_topic:
                 last_topic = topic
                 if now - touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
@@ -430,11 +727,12 @@ class AsyncProducer:
             n = len(values)
             ks = None if keys.count(None) == n else keys
             segments: List[Any] = []
+            failed: Optional[BaseException] = None
             try:
                 if part is True:
                     # keyless: batch-sized runs of partitions, as the synchronous send()'s sticky choice
                     try:
-                        sizes: List[int] = [_RECORD_OVERHEAD + len(v) for v in values]
+                        sizes: List[int] = [_RECORD_OVERHEAD + len(v) for v in values]  # type: ignore[arg-type]
                     except TypeError:  # (None values)
                         sizes = [_RECORD_OVERHEAD + (0 if v is None else len(v)) for v in values]
                     if ks is not None:
@@ -447,28 +745,34 @@ class AsyncProducer:
                 elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):
                     wake = True
             except Exception as e:  # closed meanwhile (or out of memory after all): the rest fail
-                self._fail_unqueued(afs, segments, e)
-            segs_by_batch = self._segs
+                failed = e
+            segs: List[Tuple[int, int, int, _BatchSlot]] = []
             for batch, first, cnt, idxs in segments:
-                seg = [afs, keys, values, idxs.start, cnt, first, ts]
-                lst = segs_by_batch.get(batch)
-                if lst is not None:
-                    lst.append(seg)
-                    continue
-                segs_by_batch[batch] = [seg]
-                if batch not in self._pending and batch not in self._groups \
-                        and not batch.add_thunk(partial(self._batch_done, batch), _FirstRecord(batch)):
-                    self._batch_done(batch, None, None)  # (already complete)
+                slot = slots.get(batch)
+                if slot is None:
+                    slot = self._slot_for(batch)
+                segs.append((idxs.start, cnt, first, slot))
+            if failed is not None:
+                self._fail_unqueued(run, segs, failed)
+            if len(segs) > 1:
+                run.starts = [seg[0] for seg in segs]
+            run.segs = segs
+            watchers = run.watchers
+            if watchers is not None:  # (records awaited, or given callbacks, before the append)
+                run.watchers = None
+                for rec in watchers:
+                    rec._settle()
         if wake:
             p._wakeup()
 
     @staticmethod
-    def _fail_unqueued(afs: List[Any], segments: List[Any], error: BaseException) -> None:
-        queued = {i for seg in segments for i in seg[3]}
-        log.debug("async send() could not queue %d records: %s", len(afs) - len(queued), error)
-        for i, af in enumerate(afs):
-            if i not in queued and not af.done():
-                af.set_exception(error)
+    def _fail_unqueued(run: _Run, segs: List[Tuple[int, int, int, _BatchSlot]], error: BaseException) -> None:
+        """The records of ``run`` not in ``segs`` (not queued) fail with ``error``."""
+        queued = {i for start, cnt, _f, _s in segs for i in range(start, start + cnt)}
+        log.debug("async send() could not queue %d records: %s", len(run.values) - len(queued), error)
+        slot = _failed_slot(run.topic, error)
+        segs.extend((i, 1, 0, slot) for i in range(len(run.values)) if i not in queued)
+        segs.sort(key=lambda seg: seg[0])
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
@@ -557,11 +861,12 @@ class AsyncProducer:
         log.debug("async send() could not admit a record: %s", error)
         return error
 
-    @staticmethod
-    def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> "asyncio.Future[RecordMetadata]":
-        af: "asyncio.Future[RecordMetadata]" = loop.create_future()
-        af.set_exception(error)
-        return af
+    def _failed(self, topic: str, partition: Optional[int], error: BaseException) -> RecordFuture:
+        """The future of a record that failed before it was queued."""
+        run = _Run(self, -1, topic, -1)
+        run.sizes = (-1, -1)
+        run.segs = [(0, 1, 0, _failed_slot(topic, error, partition))]
+        return RecordFuture(run, 0)
 
     def _on_pool_free(self) -> None:
         """BufferPool.on_free (network thread): wake the sends waiting for space, once per loop turn."""
@@ -579,7 +884,7 @@ class AsyncProducer:
                             headers: Optional[HeaderInput] = None) -> RecordMetadata:
         """``await (await send(...))``: the record's metadata once acknowledged; raises its error."""
         fut = await self.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers)
-        return await fut
+        return await fut  # type: ignore[no-any-return]
 
     async def send_batch(self, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]] = None,
                          headers: Optional[Sequence[Optional[HeaderInput]]] = None,
@@ -608,35 +913,48 @@ class AsyncProducer:
         return af
 
     # -- completions -------------------------------------------------------------------------------
-    # self._pending[batch] is a flat list of _STRIDE items per record: [asyncio future, offset delta,
-    # timestamp, key size, value size, ...] -- no tuple and no sync future kept per record, so that the
-    # garbage collector has one object to track per record (the asyncio future) rather than three.
-    # self._groups[batch]: the send_batch() groups waiting for it. A batch is registered once, with one
-    # completion thunk.
+    # Every batch that records (or send_batch() groups) wait for has one _BatchSlot in self._slots and one
+    # completion thunk. The thunk (network thread) queues the slot and wakes the loop once for all slots
+    # queued until the loop gets to them; _deliver marks each slot done (one step per batch, nothing per
+    # record), then settles the few records that have waiting tasks or callbacks.
 
-    def _watch(self, b: Any, thunk_future: Any, af: "asyncio.Future[RecordMetadata]", delta: int, timestamp: int,
-               key_size: int, value_size: int) -> None:
-        lst = self._pending.get(b)
-        if lst is not None:
-            lst += (af, delta, timestamp, key_size, value_size)
+    def _slot_for(self, b: Any) -> _BatchSlot:
+        """(loop) The slot of batch ``b``, made (with its completion thunk) on first use."""
+        slot = self._slots.get(b)
+        if slot is None:
+            slot = self._slots[b] = _BatchSlot(b)
+            if not b.add_thunk(partial(self._batch_done, slot), _FirstRecord(b)):
+                self._batch_done(slot, None, None)  # (already complete)
+        return slot
+
+    def _watch(self, rec: RecordFuture) -> None:
+        """(loop) Settle ``rec`` when its batch is delivered (it has waiting tasks or callbacks)."""
+        loc = rec._locate()
+        if loc is None:  # not appended yet
+            run = rec._run
+            if run.watchers is None:
+                run.watchers = [rec]
+            else:
+                run.watchers.append(rec)
             return
-        self._pending[b] = [af, delta, timestamp, key_size, value_size]
-        if b not in self._groups and b not in self._segs and not b.add_thunk(partial(self._batch_done, b), thunk_future):
-            self._batch_done(b, None, None)  # (already complete)
+        slot = loc[0]
+        if slot.done:
+            rec._settle()
+        elif slot.watchers is None:
+            slot.watchers = [rec]
+        else:
+            slot.watchers.append(rec)
 
     def _watch_batch(self, b: Any, group: _BatchGroup) -> None:
-        groups = self._groups.get(b)
-        if groups is not None:
-            groups.append(group)
-            return
-        self._groups[b] = [group]
-        if b not in self._pending and b not in self._segs \
-                and not b.add_thunk(partial(self._batch_done, b), _FirstRecord(b)):
-            self._batch_done(b, None, None)
+        slot = self._slot_for(b)
+        if slot.groups is None:
+            slot.groups = [group]
+        else:
+            slot.groups.append(group)
 
-    def _batch_done(self, batch: Any, _metadata: Any, _error: Any) -> None:
+    def _batch_done(self, slot: _BatchSlot, _metadata: Any, _error: Any) -> None:
         """The completion thunk of a batch (network thread, or whichever thread completed it)."""
-        self._done.append(batch)
+        self._done.append(slot)
         loop = self._loop
         if not self._scheduled and loop is not None:
             self._scheduled = True
@@ -647,114 +965,48 @@ class AsyncProducer:
                 pass
 
     def _deliver(self) -> None:
-        """Resolve the futures of completed batches, at most DELIVER_CHUNK records per call (on the loop)."""
+        """Mark completed batches done on the loop; settle at most DELIVER_CHUNK watching records per call."""
         self._scheduled = False
         self.delivery_callbacks += 1
         budget = DELIVER_CHUNK
-        done, pending, segs_by_batch = self._done, self._pending, self._segs
+        done, slots = self._done, self._slots
         while budget > 0:
             try:
-                batch = done.popleft()
+                slot = done.popleft()
             except IndexError:
                 return
-            entries = pending.pop(batch, None)
-            if entries:
-                if len(entries) > _STRIDE * budget:
-                    pending[batch] = entries[_STRIDE * budget:]
-                    entries = entries[:_STRIDE * budget]
-                    done.appendleft(batch)
-                    self._resolve(batch, entries)
-                    break
-                budget -= len(entries) // _STRIDE
-                self._resolve(batch, entries)
-            segs = segs_by_batch.pop(batch, None)
-            if segs:
-                budget = self._resolve_segments(batch, segs, budget)
-                if segs:  # (out of budget: the rest next time)
-                    segs_by_batch[batch] = segs
-                    done.appendleft(batch)
-                    break
-            groups = self._groups.pop(batch, None)
-            if groups:
-                for group in groups:
-                    self._group_batch_done(group)
+            budget -= 1
+            if not slot.done:
+                slot.done = True
+                b = slot.batch
+                if slots.get(b) is slot:
+                    del slots[b]
+                if b.split_into is not None:
+                    # KIP-126: the records live in smaller batches now; they are done when those are
+                    split: Dict[Any, _BatchSlot] = {}
+                    for nb, _delta in b.split_into:
+                        if nb not in split:
+                            split[nb] = self._slot_for(nb)
+                    slot.split = split
+                groups, slot.groups = slot.groups, None
+                if groups:
+                    for group in groups:
+                        self._group_batch_done(group)
+            watchers = slot.watchers
+            if watchers:
+                if len(watchers) > budget:
+                    chunk = watchers[:budget]
+                    del watchers[:budget]
+                    done.appendleft(slot)  # (the rest next time)
+                else:
+                    chunk = watchers
+                    slot.watchers = None
+                budget -= len(chunk)
+                for rec in chunk:
+                    rec._settle()
         if done:
             self._scheduled = True
             self._loop.call_soon(self._deliver)  # type: ignore[union-attr]
-
-    def _resolve_segments(self, batch: Any, segs: List[List[Any]], budget: int) -> int:
-        """Resolve staged records of ``batch`` (segments ``[futures, keys, values, start, count, first delta,
-        timestamp]``), at most ``budget``; resolved segments are removed from ``segs`` (a partly resolved one
-        is shortened). Returns the budget left."""
-        if batch.split_into is not None or batch.error is not None:
-            # (rare: a failed or split batch) through the per-record path
-            while segs and budget > 0:
-                afs, keys, values, start, count, first, ts = segs.pop(0)
-                entries: List[Any] = []
-                for j in range(count):
-                    k, v = keys[start + j], values[start + j]
-                    entries += (afs[start + j], first + j, ts, -1 if k is None else len(k), -1 if v is None else len(v))
-                self._resolve(batch, entries)
-                budget -= count
-            return budget
-        topic, part, base = batch.topic, batch.partition, batch.base_offset
-        append_time = batch.log_append_time
-        while segs and budget > 0:
-            seg = segs[0]
-            afs, keys, values, start, count, first, ts = seg
-            if count > budget:
-                seg[3], seg[4], seg[5] = start + budget, count - budget, first + budget
-                count = budget
-            else:
-                segs.pop(0)
-            budget -= count
-            if append_time >= 0:
-                ts = append_time
-            offset = base + first if base >= 0 else -1
-            for i in range(start, start + count):
-                af = afs[i]
-                k = keys[i]
-                v = values[i]
-                try:
-                    af.set_result(_tuple_new(RecordMetadata, (
-                        topic, part, offset, ts, -1 if k is None else len(k), -1 if v is None else len(v))))
-                except InvalidStateError:
-                    pass  # cancelled by its owner: the record was sent all the same
-                if offset >= 0:
-                    offset += 1
-        return budget
-
-    def _resolve(self, batch: Any, entries: List[Any]) -> None:
-        afs, deltas, timestamps = entries[0::_STRIDE], entries[1::_STRIDE], entries[2::_STRIDE]
-        key_sizes, value_sizes = entries[3::_STRIDE], entries[4::_STRIDE]
-        if batch.split_into is not None:
-            # KIP-126: the batch was split; follow each record to the batch that holds it now
-            for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
-                b = batch
-                while b.split_into is not None:
-                    b, delta = b.split_into[delta]
-                if not b.is_done():
-                    self._watch(b, _FirstRecord(b), af, delta, ts, ks, vs)
-                elif not af.done():
-                    if b.error is not None:
-                        af.set_exception(b.error)
-                    else:
-                        af.set_result(_metadata(b, delta, ts, ks, vs))
-            return
-        err = batch.error
-        if err is not None:
-            for af in afs:
-                if not af.done():
-                    af.set_exception(err)
-            return
-        topic, part, base = batch.topic, batch.partition, batch.base_offset
-        append_time = batch.log_append_time
-        for af, delta, ts, ks, vs in zip(afs, deltas, timestamps, key_sizes, value_sizes):
-            try:
-                af.set_result(_tuple_new(RecordMetadata, (
-                    topic, part, base + delta if base >= 0 else -1, append_time if append_time >= 0 else ts, ks, vs)))
-            except InvalidStateError:
-                pass  # cancelled by its owner: the record was sent all the same
 
     def _group_batch_done(self, group: _BatchGroup) -> None:
         group.remaining -= 1
@@ -850,10 +1102,14 @@ class _FirstRecord:
             log.exception("an asyncio completion hook raised")
 
 
-def _metadata(batch: Any, delta: int, timestamp: int, key_size: int, value_size: int) -> RecordMetadata:
-    base = batch.base_offset
-    return RecordMetadata(batch.topic, batch.partition, base + delta if base >= 0 else -1,
-                          batch.log_append_time if batch.log_append_time >= 0 else timestamp, key_size, value_size)
+def _failed_slot(topic: str, error: BaseException, partition: Optional[int] = None) -> _BatchSlot:
+    """A done slot standing in for the batch of records that failed before they were queued."""
+    slot = _BatchSlot(_FailedSend(topic, -1 if partition is None else partition, error))
+    slot.done = True
+    return slot
 
 
-__all__ = ["AsyncProducer", "DELIVER_CHUNK", "STAGE_MAX", "YIELD_EVERY"]
+_new_record = object.__new__
+
+
+__all__ = ["AsyncProducer", "DELIVER_CHUNK", "RecordFuture", "STAGE_MAX", "YIELD_EVERY"]

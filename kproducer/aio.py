@@ -419,9 +419,8 @@ class AsyncProducer:
         self._closed = False
         self._executor_down = False
         self._started = False
-        #: loop callbacks that delivered completions, and how many threadsafe wakeups the network thread
-        #: made (a wakeup covers every batch completed until the loop ran it)
-        self.delivery_callbacks = 0
+        #: how many threadsafe wakeups the network thread made (a wakeup covers every batch completed until
+        #: the loop ran it)
         self.wakeups = 0
 
     # -- properties --------------------------------------------------------------------------------
@@ -967,7 +966,6 @@ class AsyncProducer:
     def _deliver(self) -> None:
         """Mark completed batches done on the loop; settle at most DELIVER_CHUNK watching records per call."""
         self._scheduled = False
-        self.delivery_callbacks += 1
         budget = DELIVER_CHUNK
         done, slots = self._done, self._slots
         while budget > 0:

@@ -5,7 +5,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
 from ..errors import KafkaError, ProducerClosedError
@@ -33,6 +33,49 @@ class AppendResult(NamedTuple):
 
 _tuple_new = tuple.__new__
 _ONE = (0,)
+
+
+class _SequenceRows:
+    """What the append loop appends: records given as sequences (send(), send_batch())."""
+
+    __slots__ = ("timestamp", "keys", "values", "headers", "indices")
+
+    def __init__(self, timestamp: int, keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]],
+                 headers: Optional[Sequence[Optional[Sequence[Header]]]], indices: Sequence[int]) -> None:
+        self.timestamp = timestamp
+        self.keys = keys
+        self.values = values
+        self.headers = headers
+        self.indices = indices
+
+    def extend(self, builder: RecordBatchBuilder, pos: int) -> int:
+        """Append ``indices[pos:]`` while they fit; the position reached."""
+        return builder.extend(self.timestamp, self.keys, self.values, self.headers, self.indices, pos)
+
+    def row(self, i: int) -> Tuple[Optional[bytes], Optional[bytes], Optional[Sequence[Header]]]:
+        keys, headers = self.keys, self.headers
+        return (keys[i] if keys is not None else None, self.values[i], headers[i] if headers is not None else None)
+
+
+class _ColumnRows:
+    """What the append loop appends: rows of binary columns (kproducer.protocol.columns, no headers), encoded
+    straight from the columns' buffers."""
+
+    __slots__ = ("timestamp", "keys", "values", "indices")
+
+    def __init__(self, timestamp: int, keys: Optional[BinaryColumn], values: BinaryColumn,
+                 indices: Sequence[int]) -> None:
+        self.timestamp = timestamp
+        self.keys = keys
+        self.values = values
+        self.indices = indices
+
+    def extend(self, builder: RecordBatchBuilder, pos: int) -> int:
+        return extend_columns(builder, self.timestamp, self.keys, self.values, self.indices, pos)
+
+    def row(self, i: int) -> Tuple[Optional[bytes], Optional[bytes], Optional[Sequence[Header]]]:
+        keys = self.keys
+        return (column_item(keys, i) if keys is not None else None, column_item(self.values, i), None)
 #: the records of one send_batch() in one batch: (batch, first offset delta, count, their positions)
 Segment = Tuple[ProducerBatch, int, int, Sequence[int]]
 
@@ -133,9 +176,9 @@ class RecordAccumulator:
         finally:
             lock.release()
         segments: List[Segment] = []
-        new, full, made = self._append(tp, timestamp, None if key is None else (key,), (value,),
-                                       None if headers is None else (headers,), _ONE, max_block_ms, now_ms, segments,
-                                       True, callback)
+        new, full, made = self._append(tp, _SequenceRows(timestamp, None if key is None else (key,), (value,),
+                                                         None if headers is None else (headers,), _ONE),
+                                       1, max_block_ms, now_ms, segments, True, callback)
         assert made is not None
         return AppendResult(made, full, new)
 
@@ -147,8 +190,8 @@ class RecordAccumulator:
         in order, filling batches as :meth:`append` would. Appends ``(batch, first delta, count, indices)``
         to ``segments`` for each batch used. Returns whether the sender should be woken (a new or full batch).
         """
-        new, full, _fut = self._append((topic, partition), timestamp, keys, values, headers, indices, max_block_ms,
-                                       now_ms, segments, False, None)
+        new, full, _fut = self._append((topic, partition), _SequenceRows(timestamp, keys, values, headers, indices),
+                                       len(indices), max_block_ms, now_ms, segments, False, None)
         return new or full
 
     def append_columns(self, topic: str, partition: int, timestamp: int, keys: Optional[BinaryColumn],
@@ -156,47 +199,18 @@ class RecordAccumulator:
                        segments: List[Segment]) -> bool:
         """:meth:`append_many` for rows of binary columns (kproducer.protocol.columns, no headers): the same
         loop, with ``extend_columns`` encoding straight from the columns' buffers."""
-        tp = (topic, partition)
-        pos = 0
-        total = len(indices)
-        new = False
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-                dq = self._batches.get(tp)
-                last = dq[-1] if dq else None
-                if last is not None and not last.closed:
-                    start = pos
-                    first_delta = last.builder.record_count
-                    pos = extend_columns(last.builder, timestamp, keys, values, indices, pos)
-                    while pos < total and last.sizing is not None and last.grow():
-                        pos = extend_columns(last.builder, timestamp, keys, values, indices, pos)
-                    if pos > start:
-                        last.last_append_ms = now_ms
-                        segments.append((last, first_delta, pos - start, indices[start:pos]))
-                    if pos >= total:
-                        return new or len(dq) > 1 or last.is_full()  # type: ignore[arg-type]
-                    last.close_for_appends()
-                self._appends_in_progress += 1
-            try:
-                i = indices[pos]
-                if self._open_batch(tp, column_item(keys, i) if keys is not None else None, column_item(values, i),
-                                    None, max_block_ms, now_ms):
-                    new = True
-            finally:
-                with self._lock:
-                    self._appends_in_progress -= 1
+        new, full, _fut = self._append((topic, partition), _ColumnRows(timestamp, keys, values, indices), len(indices),
+                                       max_block_ms, now_ms, segments, False, None)
+        return new or full
 
-    def _append(self, tp: TopicPartition, timestamp: int, keys: Optional[Sequence[Optional[bytes]]],
-                values: Sequence[Optional[bytes]], headers: Optional[Sequence[Optional[Sequence[Header]]]],
-                indices: Sequence[int], max_block_ms: float, now_ms: float, segments: List[Segment],
-                want_future: bool, callback: Optional[Callback]) -> Tuple[bool, bool, Optional[FutureRecordMetadata]]:
-        """The append loop: ``(a batch was opened, the last batch is full or not alone, the future)``; the
-        future (and ``callback``'s registration, under the lock so that callbacks keep the append order) only
-        with ``want_future``, for a single record."""
+    def _append(self, tp: TopicPartition, rows: Union[_SequenceRows, _ColumnRows], total: int, max_block_ms: float,
+                now_ms: float, segments: List[Segment], want_future: bool,
+                callback: Optional[Callback]) -> Tuple[bool, bool, Optional[FutureRecordMetadata]]:
+        """The append loop over ``rows`` (``total`` of them): ``(a batch was opened, the last batch is full or
+        not alone, the future)``; the future (and ``callback``'s registration, under the lock so that callbacks
+        keep the append order) only with ``want_future``, for a single record."""
         pos = 0
-        total = len(indices)
+        indices = rows.indices
         new = False
         fut: Optional[FutureRecordMetadata] = None
         while True:
@@ -208,16 +222,16 @@ class RecordAccumulator:
                 if last is not None and not last.closed:
                     start = pos
                     first_delta = last.builder.record_count
-                    pos = last.builder.extend(timestamp, keys, values, headers, indices, pos)
+                    pos = rows.extend(last.builder, pos)
                     while pos < total and last.sizing is not None and last.grow():
                         # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
-                        pos = last.builder.extend(timestamp, keys, values, headers, indices, pos)
+                        pos = rows.extend(last.builder, pos)
                     if pos > start:
                         last.last_append_ms = now_ms
                         segments.append((last, first_delta, pos - start, indices[start:pos]))
                         if want_future:
-                            key, value = keys[0] if keys is not None else None, values[0]
-                            fut = FutureRecordMetadata(last, first_delta, timestamp, -1 if key is None else len(key),
+                            key, value, _ = rows.row(indices[0])
+                            fut = FutureRecordMetadata(last, first_delta, rows.timestamp, -1 if key is None else len(key),
                                                        -1 if value is None else len(value))
                             if callback is not None:
                                 last.thunks.append((callback, fut))  # type: ignore[union-attr]
@@ -226,9 +240,7 @@ class RecordAccumulator:
                     last.close_for_appends()
                 self._appends_in_progress += 1
             try:
-                i = indices[pos]
-                if self._open_batch(tp, keys[i] if keys is not None else None, values[i],
-                                    headers[i] if headers is not None else None, max_block_ms, now_ms):
+                if self._open_batch(tp, *rows.row(indices[pos]), max_block_ms, now_ms):
                     new = True
             finally:
                 with self._lock:

@@ -185,24 +185,33 @@ class BufferPool:
             free.pop()
             self._available += self.poolable_size
 
+    def _reusable(self, size: int, buffer: Optional[bytearray]) -> Optional[bool]:
+        """Whether ``buffer`` (given back with a reservation of ``size``) can go to the free list: None when it
+        is not a pool buffer at all, False when it is one that something still views (checked outside the
+        lock: it asks the bytearray whether it can be resized)."""
+        if buffer is None or size != self.poolable_size or len(buffer) != self.buffer_size or self.buffer_size <= 0:
+            return None
+        return not in_use(buffer)
+
+    def _give_back(self, size: int, buffer: Optional[bytearray], reusable: Optional[bool]) -> None:
+        """Under the lock: the buffer to the free list when it is ``reusable``, else its memory counts as free."""
+        if reusable is False:
+            self.dropped_in_use += 1
+        if reusable and not self._closed:
+            self._free.append(buffer)  # type: ignore[arg-type]
+            self.buffers_returned += 1
+        else:
+            self._available += size
+
     def deallocate(self, size: int, buffer: Optional[bytearray] = None) -> None:
         """Return ``size`` bytes reserved by :meth:`allocate`, and the batch's buffer if it has one: a
         ``batch.size`` reservation's buffer of the pooled length that nothing views any more goes to the
         free list, for the next batch; anything else is dropped (the memory counts as free again)."""
         if size <= 0:
             return
-        pooled = (buffer is not None and size == self.poolable_size and len(buffer) == self.buffer_size
-                  and self.buffer_size > 0)
-        dropped = pooled and in_use(buffer)  # type: ignore[arg-type]
+        reusable = self._reusable(size, buffer)
         with self._lock:
-            if dropped:
-                self.dropped_in_use += 1
-                pooled = False
-            if pooled and not self._closed:
-                self._free.append(buffer)  # type: ignore[arg-type]
-                self.buffers_returned += 1
-            else:
-                self._available += size
+            self._give_back(size, buffer, reusable)
             if self._waiters:
                 self._waiters[0].cond.notify()
         on_free = self.on_free
@@ -217,18 +226,9 @@ class BufferPool:
         when ``keep >= size``)."""
         if keep >= size:
             return size
-        pooled = (buffer is not None and size == self.poolable_size and len(buffer) == self.buffer_size
-                  and self.buffer_size > 0)
-        dropped = pooled and in_use(buffer)  # type: ignore[arg-type]
+        reusable = self._reusable(size, buffer)
         with self._lock:
-            if dropped:
-                self.dropped_in_use += 1
-                pooled = False
-            if pooled and not self._closed:
-                self._free.append(buffer)  # type: ignore[arg-type]
-                self.buffers_returned += 1
-            else:
-                self._available += size
+            self._give_back(size, buffer, reusable)
             self._free_up(keep)  # the memory given back covers ``keep``: at worst the buffer is dropped here
             self._available -= keep
             if self._waiters:

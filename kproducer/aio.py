@@ -44,6 +44,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TYPE_CHECKING,
     Type,
     Union,
 )
@@ -53,7 +54,9 @@ from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
+from .producer.batch import ProducerBatch
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
+from .protocol.accel import speedups
 from .protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
@@ -140,7 +143,15 @@ class _RecordState:
         self.waiters: List["asyncio.Future[None]"] = []
 
 
-class RecordFuture:
+#: the compiled base of RecordFuture (its slots and a compiled ``await`` of a done record), when built
+_CFuture: Any = getattr(speedups, "AioFuture", None) if speedups is not None else None
+if TYPE_CHECKING:
+    _RecordFutureBase = object
+else:
+    _RecordFutureBase = object if _CFuture is None else _CFuture
+
+
+class RecordFuture(_RecordFutureBase):
     """What ``await AsyncProducer.send()`` returns: the future of one record's :class:`RecordMetadata`.
 
     ``await fut`` gives the metadata or raises the record's error. It is *future-like* in asyncio's sense
@@ -160,7 +171,9 @@ class RecordFuture:
     handles the completion of the record's batch. Use it from the loop's thread only.
     """
 
-    __slots__ = ("_run", "_i")
+    # (with the accelerator, the slots ``_run`` and ``_i`` and ``__await__``/``__iter__`` are the compiled
+    # base's: it computes a done record's metadata itself and calls _await() for everything else)
+    __slots__ = ("_run", "_i") if _CFuture is None else ()  # type: ignore[assignment]
     #: asyncio's mark of a future-like object (``asyncio.isfuture``); never True: a waiting task waits on a
     #: future of its own, so a task's cancellation never cancels the record's future
     _asyncio_future_blocking = False
@@ -309,7 +322,7 @@ class RecordFuture:
             for fn, ctx in callbacks:
                 loop.call_soon(fn, self, context=ctx)
 
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+    def _await(self) -> Generator[Any, None, RecordMetadata]:
         run = self._run
         if run.extra is None:
             # the common case, inlined: the batch is done (and was not split), the record has no state
@@ -345,7 +358,9 @@ class RecordFuture:
                 raise
         return self.result()
 
-    __iter__ = __await__
+    if TYPE_CHECKING or _CFuture is None:
+        __await__ = _await
+        __iter__ = _await
 
     def __repr__(self) -> str:
         if self.cancelled():
@@ -1107,7 +1122,9 @@ def _failed_slot(topic: str, error: BaseException, partition: Optional[int] = No
     return slot
 
 
-_new_record = object.__new__
+_new_record = object.__new__ if _CFuture is None else _CFuture.__new__
+if _CFuture is not None:
+    speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
 
 
 __all__ = ["AsyncProducer", "DELIVER_CHUNK", "RecordFuture", "STAGE_MAX", "YIELD_EVERY"]

@@ -34,6 +34,7 @@ from time import perf_counter as _perf_counter
 from time import time as _wall
 from types import TracebackType
 from typing import (
+    TYPE_CHECKING,
     Any,
     AsyncIterator,
     Deque,
@@ -44,7 +45,6 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    TYPE_CHECKING,
     Type,
     Union,
 )
@@ -52,9 +52,9 @@ from typing import (
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
+from .producer.batch import ProducerBatch
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
-from .producer.batch import ProducerBatch
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.accel import speedups
 from .protocol.records import RecordBatchBuilder

@@ -1968,6 +1968,91 @@ static PyTypeObject AioFutureType = {
     .tp_as_async = &AioFuture_async,
 };
 
+/* AioHot: send()'s counters and memory bound for its hot path (aio.py's _HotState, compiled). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t sends, need, limit, count, max_value, stage_max, bound;
+} AioHot;
+
+static PyMemberDef AioHot_members[] = {
+    {"sends", T_PYSSIZET, offsetof(AioHot, sends), 0, "send() calls since the last yield to the loop"},
+    {"need", T_PYSSIZET, offsetof(AioHot, need), 0, "buffer memory the staged records may take at most"},
+    {"limit", T_PYSSIZET, offsetof(AioHot, limit), 0, "memory the hot path may stage up to (-1: none)"},
+    {"count", T_PYSSIZET, offsetof(AioHot, count), 0, "records staged"},
+    {"max_value", T_PYSSIZET, offsetof(AioHot, max_value), 0, "the longest value the hot path takes"},
+    {"stage_max", T_PYSSIZET, offsetof(AioHot, stage_max), 0, "staged records appended at once at the latest"},
+    {"bound", T_PYSSIZET, offsetof(AioHot, bound), 0, "a record's size bound beyond its value"},
+    {NULL},
+};
+
+static PyTypeObject AioHotType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioHot",
+    .tp_basicsize = sizeof(AioHot),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "AsyncProducer.send()'s hot-path state.",
+    .tp_new = PyType_GenericNew,
+    .tp_members = AioHot_members,
+};
+
+static Py_ssize_t aio_run_topic, aio_run_owner;
+static PyObject *str_aio_flush;
+
+/* aio_stage(hot, run, topic, value): send()'s hot path -- one more keyless bytes value for the current keyless
+ * run (run: its first record passed every other check, which hold until the run is appended), when the
+ * timestamp (wall clock, ms) is still the run's, the value is not too long and the memory bound holds. Returns
+ * the record's future, or None (nothing changed): send() then takes its Python path. */
+static PyObject *aio_stage(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
+    if (nargs != 4 || Py_TYPE(args[0]) != &AioHotType) {
+        PyErr_SetString(PyExc_TypeError, "aio_stage(hot, run, topic, value)");
+        return NULL;
+    }
+    AioHot *hot = (AioHot *)args[0];
+    PyObject *run = args[1], *value = args[3];
+    if (aio_run_type == NULL || Py_TYPE(run) != aio_run_type || !PyBytes_CheckExact(value) ||
+        AIO_AT(run, aio_run_topic) != args[2] || ((hot->sends + 1) & 31) == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyBytes_GET_SIZE(value), ts;
+    if (size > hot->max_value || aio_ssize(AIO_AT(run, aio_run_ts), &ts) < 0) Py_RETURN_NONE;
+    Py_ssize_t need = hot->need + 2 * (size + hot->bound);
+    if (need > hot->limit) Py_RETURN_NONE;
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0 ||
+        (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 != (int64_t)ts)
+        Py_RETURN_NONE;
+    PyObject *keys = AIO_AT(run, aio_run_keys), *values = AIO_AT(run, aio_run_values);
+    if (keys == NULL || values == NULL || !PyList_CheckExact(keys) || !PyList_CheckExact(values)) Py_RETURN_NONE;
+    AioFuture *rec = (AioFuture *)aio_future_type->tp_alloc(aio_future_type, 0);
+    if (rec == NULL) return NULL;
+    if (PyObject_IS_GC((PyObject *)rec)) PyObject_GC_UnTrack(rec); /* (see AioFutureType) */
+    rec->run = Py_NewRef(run);
+    rec->i = PyList_GET_SIZE(values);
+    if (PyList_Append(keys, Py_None) < 0) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    if (PyList_Append(values, value) < 0) {
+        PyObject *none = NULL;
+        PyList_SetSlice(keys, PyList_GET_SIZE(keys) - 1, PyList_GET_SIZE(keys), none);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    hot->need = need;
+    hot->sends += 1;
+    if (++hot->count >= hot->stage_max) {
+        PyObject *owner = AIO_AT(run, aio_run_owner);
+        PyObject *r = owner == NULL ? NULL : PyObject_CallMethodNoArgs(owner, str_aio_flush);
+        if (r == NULL) {
+            /* the record is staged: its future reports what becomes of it; the error goes to the caller */
+            Py_DECREF(rec);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return (PyObject *)rec;
+}
+
 static int aio_slot(PyTypeObject *tp, const char *name, Py_ssize_t *off) {
     if (!PyType_Check((PyObject *)tp)) {
         PyErr_SetString(PyExc_TypeError, "aio_setup() takes types");
@@ -1992,7 +2077,8 @@ static PyObject *aio_setup(PyObject *mod, PyObject *const *args, Py_ssize_t narg
     if (aio_slot(run, "extra", &aio_run_extra) < 0 || aio_slot(run, "segs", &aio_run_segs) < 0 ||
         aio_slot(run, "starts", &aio_run_starts) < 0 || aio_slot(run, "sizes", &aio_run_sizes) < 0 ||
         aio_slot(run, "keys", &aio_run_keys) < 0 || aio_slot(run, "values", &aio_run_values) < 0 ||
-        aio_slot(run, "ts", &aio_run_ts) < 0 || aio_slot(slot, "done", &aio_slot_done) < 0 ||
+        aio_slot(run, "ts", &aio_run_ts) < 0 || aio_slot(run, "topic", &aio_run_topic) < 0 ||
+        aio_slot(run, "owner", &aio_run_owner) < 0 || aio_slot(slot, "done", &aio_slot_done) < 0 ||
         aio_slot(slot, "split", &aio_slot_split) < 0 || aio_slot(slot, "batch", &aio_slot_batch) < 0 ||
         aio_slot(batch, "error", &aio_b_error) < 0 || aio_slot(batch, "base_offset", &aio_b_base_offset) < 0 ||
         aio_slot(batch, "log_append_time", &aio_b_lat) < 0 || aio_slot(batch, "topic", &aio_b_topic) < 0 ||
@@ -2008,8 +2094,16 @@ static PyObject *aio_setup(PyObject *mod, PyObject *const *args, Py_ssize_t narg
 }
 
 static int aio_module_init(PyObject *mod) {
-    if ((str_aio_await = PyUnicode_InternFromString("_await")) == NULL) return -1;
-    if (PyType_Ready(&AioDoneType) < 0 || PyType_Ready(&AioFutureType) < 0) return -1;
+    if ((str_aio_await = PyUnicode_InternFromString("_await")) == NULL ||
+        (str_aio_flush = PyUnicode_InternFromString("_flush_staged")) == NULL)
+        return -1;
+    if (PyType_Ready(&AioDoneType) < 0 || PyType_Ready(&AioFutureType) < 0 || PyType_Ready(&AioHotType) < 0)
+        return -1;
+    Py_INCREF(&AioHotType);
+    if (PyModule_AddObject(mod, "AioHot", (PyObject *)&AioHotType) < 0) {
+        Py_DECREF(&AioHotType);
+        return -1;
+    }
     Py_INCREF(&AioFutureType);
     if (PyModule_AddObject(mod, "AioFuture", (PyObject *)&AioFutureType) < 0) {
         Py_DECREF(&AioFutureType);
@@ -2021,6 +2115,8 @@ static int aio_module_init(PyObject *mod) {
 static PyMethodDef methods[] = {
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
+    {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,
+     "AsyncProducer.send()'s hot path: stage one more keyless record; None when it does not apply."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
     {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
      "The largest record's size (length prefix included) among the first count records of a records section."},

@@ -1825,6 +1825,42 @@ static PySendResult AioDone_send(AioDone *self, PyObject *arg, PyObject **result
 }
 #endif
 
+static PyObject *AioDone_send_method(AioDone *self, PyObject *arg) {
+    (void)arg;
+    return AioDone_next(self);
+}
+
+/* throw(exc) / throw(type[, value[, tb]]): as a finished generator's, raises the exception */
+static PyObject *AioDone_throw(AioDone *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    Py_CLEAR(self->value);
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *AioDone_close(AioDone *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->value);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef AioDone_methods[] = {
+    {"send", (PyCFunction)AioDone_send_method, METH_O, "send(value): finishes with the result (StopIteration)."},
+    {"throw", (PyCFunction)(void (*)(void))AioDone_throw, METH_FASTCALL, "throw(exc): raises exc."},
+    {"close", (PyCFunction)AioDone_close, METH_NOARGS, "close()."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyAsyncMethods AioDone_async = {
 #if PY_VERSION_HEX >= 0x030A0000
     .am_send = (sendfunc)AioDone_send,
@@ -1840,6 +1876,7 @@ static PyTypeObject AioDoneType = {
     .tp_doc = "A finished await: gives its value once.",
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)AioDone_next,
+    .tp_methods = AioDone_methods,
     .tp_as_async = &AioDone_async,
 };
 

@@ -292,3 +292,44 @@ def test_send_batch_keyed(benchmark: Any, producer: Producer) -> None:
     _per_record(benchmark)
     producer.flush(30)
     futures[-1][0].wait(30)
+
+
+# -- AsyncProducer (kproducer.aio) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_async_send(benchmark: Any, cluster: MockCluster, path: str) -> None:
+    """N keyless ``await send()`` on one loop, the futures kept (the send half of benchmarks/compare.py's
+    asyncio row, in process, idle network). ``compiled``: send()'s hot path in _speedups.c (aio_stage);
+    ``python``: that step in Python. After the rounds, every future is awaited once (done)."""
+    import asyncio
+
+    from kproducer import aio
+
+    _need(path)
+    stage = aio._stage
+    if path == "compiled" and stage is None:
+        pytest.skip("the asyncio hot path is not compiled")
+    loop = asyncio.new_event_loop()
+    p = aio.AsyncProducer(SETUPS["idle-network"], bootstrap_servers=cluster.bootstrap_servers)
+    loop.run_until_complete(p.partitions_for(TOPIC))
+    kept: List[Any] = []
+
+    async def round_() -> None:
+        send = p.send
+        kept.extend([await send(TOPIC, VALUE) for _ in range(N)])
+
+    async def await_all() -> None:
+        await p.flush()
+        for f in kept:
+            assert (await f).offset >= 0
+
+    if path == "python":
+        aio._stage = None
+    try:
+        benchmark(lambda: loop.run_until_complete(round_()))
+    finally:
+        aio._stage = stage
+        loop.run_until_complete(await_all())
+        loop.run_until_complete(p.close(5))
+        loop.close()
+    _per_record(benchmark)

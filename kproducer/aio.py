@@ -34,6 +34,7 @@ from time import perf_counter as _perf_counter
 from time import time as _wall
 from types import TracebackType
 from typing import (
+    TYPE_CHECKING,
     Any,
     AsyncIterator,
     Deque,
@@ -51,9 +52,11 @@ from typing import (
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
+from .producer.batch import ProducerBatch
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
+from .protocol.accel import speedups
 from .protocol.records import RecordBatchBuilder
 
 log = logging.getLogger(__name__)
@@ -128,6 +131,16 @@ class _Run:
         self.sizes: Optional[Tuple[int, int]] = None
 
 
+class _PyHotState:
+    """send()'s counters and memory bound for its hot path (with the accelerator: ``_speedups.AioHot``)."""
+
+    __slots__ = ("sends", "need", "limit", "count", "max_value", "stage_max", "bound")
+
+    def __init__(self) -> None:
+        self.sends = self.need = self.count = self.max_value = self.stage_max = self.bound = 0
+        self.limit = -1
+
+
 class _RecordState:
     """What only some records have: ``cancelled``, done callbacks ``(fn, context)``, waiting tasks' futures."""
 
@@ -140,7 +153,15 @@ class _RecordState:
         self.waiters: List["asyncio.Future[None]"] = []
 
 
-class RecordFuture:
+#: the compiled base of RecordFuture (its slots and a compiled ``await`` of a done record), when built
+_CFuture: Any = getattr(speedups, "AioFuture", None) if speedups is not None else None
+if TYPE_CHECKING:
+    _RecordFutureBase = object
+else:
+    _RecordFutureBase = object if _CFuture is None else _CFuture
+
+
+class RecordFuture(_RecordFutureBase):
     """What ``await AsyncProducer.send()`` returns: the future of one record's :class:`RecordMetadata`.
 
     ``await fut`` gives the metadata or raises the record's error. It is *future-like* in asyncio's sense
@@ -160,7 +181,9 @@ class RecordFuture:
     handles the completion of the record's batch. Use it from the loop's thread only.
     """
 
-    __slots__ = ("_run", "_i")
+    # (with the accelerator, the slots ``_run`` and ``_i`` and ``__await__``/``__iter__`` are the compiled
+    # base's: it computes a done record's metadata itself and calls _await() for everything else)
+    __slots__ = ("_run", "_i") if _CFuture is None else ()  # type: ignore[assignment]
     #: asyncio's mark of a future-like object (``asyncio.isfuture``); never True: a waiting task waits on a
     #: future of its own, so a task's cancellation never cancels the record's future
     _asyncio_future_blocking = False
@@ -309,7 +332,7 @@ class RecordFuture:
             for fn, ctx in callbacks:
                 loop.call_soon(fn, self, context=ctx)
 
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+    def _await(self) -> Generator[Any, None, RecordMetadata]:
         run = self._run
         if run.extra is None:
             # the common case, inlined: the batch is done (and was not split), the record has no state
@@ -345,7 +368,9 @@ class RecordFuture:
                 raise
         return self.result()
 
-    __iter__ = __await__
+    if TYPE_CHECKING or _CFuture is None:
+        __await__ = _await
+        __iter__ = _await
 
     def __repr__(self) -> str:
         if self.cancelled():
@@ -398,10 +423,14 @@ class AsyncProducer:
         self._keyless_run: Optional[_Run] = None  # the current keyless run (of one topic)
         self._ignore_keys = adm.ignore_keys
         self._runs: List[_Run] = []
-        self._staged_need = 0
-        self._staged_count = 0
-        self._hot_limit = -1  # buffer memory the hot path of send() may stage up to (this loop iteration)
-        self._hot_max_value = self._max_request - _BOUND_EXTRA - _RECORD_OVERHEAD  # (a value at most this long)
+        hot = self._hot = _HotState()
+        hot.need = 0  # buffer memory the staged records may take at most (see _flush_staged)
+        hot.count = 0  # staged records
+        hot.limit = -1  # buffer memory the hot path of send() may stage up to (this loop iteration)
+        hot.max_value = self._max_request - _BOUND_EXTRA - _RECORD_OVERHEAD  # (a value at most this long)
+        hot.stage_max = STAGE_MAX
+        hot.bound = _HOT_BOUND
+        hot.sends = 0
         self._flush_scheduled = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -411,7 +440,6 @@ class AsyncProducer:
         # slots of batches completed on the network thread, not yet delivered on the loop
         self._done: Deque[_BatchSlot] = deque()
         self._scheduled = False
-        self._sends = 0
         self._next_yield = 0.0
         self._space: Optional[asyncio.Event] = None
         self._space_waiters = 0
@@ -527,11 +555,16 @@ class AsyncProducer:
         max.block.ms; the record's future then fails with KafkaTimeoutError / BufferExhaustedError, as
         with the synchronous producer. Cancelling a waiting ``send()`` leaves the record unsent; once
         ``send()`` returned, the record is sent whatever becomes of the returned future."""
+        if key is None and partition is None and timestamp_ms is None and headers is None and _stage is not None:
+            # the hot path below, compiled (_speedups.c aio_stage; None when it does not apply)
+            rec = _stage(self._hot, self._keyless_run, topic, value)
+            if rec is not None:
+                return rec  # type: ignore[no-any-return]
         if self._loop is None:
             self._bind()
-        sends = self._sends = self._sends + 1
+        sends = self._hot.sends = self._hot.sends + 1
         if not sends & 31 and (sends >= YIELD_EVERY or _perf_counter() >= self._next_yield):
-            self._sends = 0
+            self._hot.sends = 0
             await asyncio.sleep(0)
             self._next_yield = _perf_counter() + YIELD_AFTER_S
         # The hot path: one more plain keyless record for the current keyless run of this loop iteration, whose
@@ -541,18 +574,19 @@ class AsyncProducer:
         if run is not None and run.topic is topic and key is None and partition is None and timestamp_ms is None \
                 and headers is None and type(value) is bytes:
             size = len(value)
-            if run.ts == int(_wall() * 1000) and size <= self._hot_max_value:
-                need = self._staged_need + 2 * (size + _HOT_BOUND)
-                if need <= self._hot_limit:
-                    self._staged_need = need
+            hot = self._hot
+            if run.ts == int(_wall() * 1000) and size <= hot.max_value:
+                need = hot.need + 2 * (size + hot.bound)
+                if need <= hot.limit:
+                    hot.need = need
                     values = run.values
                     rec = _new_record(RecordFuture)
                     rec._run = run
                     rec._i = len(values)
                     run.keys.append(None)
                     values.append(value)
-                    self._staged_count += 1
-                    if self._staged_count >= STAGE_MAX:
+                    hot.count += 1
+                    if hot.count >= hot.stage_max:
                         self._flush_staged()
                     return rec
         loop = self._loop
@@ -577,32 +611,32 @@ class AsyncProducer:
                 if key is not None:
                     size = size + len(key) if type(key) is bytes else _NEVER
                 if ts >= 0 and size + _BOUND_EXTRA <= self._max_request:
-                    need = self._staged_need + 2 * (size + _BOUND_EXTRA)
+                    need = self._hot.need + 2 * (size + _BOUND_EXTRA)
                     if partition is None and (key is None or self._ignore_keys):
                         # uniform sticky: the partitions are chosen when the run is appended (as send_batch)
                         run = self._keyless_run
                         if run is None or run.topic is not topic or run.ts != ts:
                             run = self._keyless(loop, topic, ts, need)
                             if run is not None:
-                                need = self._staged_need
+                                need = self._hot.need
                     else:
                         run = self._partition_run(loop, topic, key, partition, count, ts, need)
                         if run is not None:
-                            need = self._staged_need
+                            need = self._hot.need
                     if run is not None:
                         pool = self._pool
                         if not pool._waiters and pool._available >= need:
-                            self._staged_need = need
+                            self._hot.need = need
                             # (the hot path's memory bound until the end of this loop iteration)
-                            self._hot_limit = pool._available if self._system_clock else -1
+                            self._hot.limit = pool._available if self._system_clock else -1
                             values = run.values
                             rec = _new_record(RecordFuture)
                             rec._run = run
                             rec._i = len(values)
                             run.keys.append(key)
                             values.append(value)
-                            self._staged_count += 1
-                            if self._staged_count >= STAGE_MAX:
+                            self._hot.count += 1
+                            if self._hot.count >= STAGE_MAX:
                                 self._flush_staged()
                             return rec
         return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
@@ -618,7 +652,7 @@ class AsyncProducer:
         if staged:
             for tp in [tp for tp in staged if tp[0] == topic]:
                 del staged[tp]
-        self._staged_need = need
+        self._hot.need = need
         run = self._keyless_run = self._new_run(loop, topic, ts, True)
         return run
 
@@ -649,7 +683,7 @@ class AsyncProducer:
         run = self._keyless_run
         if run is not None and run.topic is topic:
             self._keyless_run = None  # (later keyless records of the topic go after this one)
-        self._staged_need = need
+        self._hot.need = need
         run = self._staged[tp] = self._new_run(loop, topic, ts, part)
         return run
 
@@ -657,7 +691,7 @@ class AsyncProducer:
                         partition: Optional[int], timestamp_ms: Optional[int],
                         headers: Optional[HeaderInput]) -> RecordFuture:
         """send() of one record through the synchronous send(), after the staged records (their order)."""
-        if self._staged_count:
+        if self._hot.count:
             self._flush_staged()
         # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
         # pool's lock: only other threads' appends could lower it between this check and the append)
@@ -668,7 +702,7 @@ class AsyncProducer:
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(topic, partition, failed)
-            if self._staged_count:  # (other tasks staged records meanwhile)
+            if self._hot.count:  # (other tasks staged records meanwhile)
                 self._flush_staged()
         sf = self._producer.send(topic, value, key, headers=headers, partition=partition, timestamp_ms=timestamp_ms)
         # a run of one record (its sizes are the serialized ones the synchronous send() measured)
@@ -684,7 +718,7 @@ class AsyncProducer:
     # records where their batches are; it runs at the end of the loop iteration that staged the first record (one
     # call_soon), when STAGE_MAX records are staged, and before anything that must see them queued (a send()
     # that takes the synchronous path, send_batch, flush, close, the transaction calls).
-    # self._staged_need bounds the buffer memory the staged records can take (twice their bytes plus a batch
+    # self._hot.need bounds the buffer memory the staged records can take (twice their bytes plus a batch
     # per partition): a record is staged only when the pool has that much free, so the append never waits.
 
     def _new_run(self, loop: asyncio.AbstractEventLoop, topic: str, ts: int, part: Any) -> _Run:
@@ -705,9 +739,9 @@ class AsyncProducer:
         self._runs = []
         self._staged = {}
         self._keyless_run = None
-        self._staged_need = 0
-        self._staged_count = 0
-        self._hot_limit = -1
+        self._hot.need = 0
+        self._hot.count = 0
+        self._hot.limit = -1
         p = self._producer
         acc = p._accumulator
         now = p._monotonic_ms()
@@ -1107,7 +1141,13 @@ def _failed_slot(topic: str, error: BaseException, partition: Optional[int] = No
     return slot
 
 
-_new_record = object.__new__
+_new_record = object.__new__ if _CFuture is None else _CFuture.__new__
+_HotState: Any = _PyHotState
+_stage: Any = None
+if _CFuture is not None:
+    _HotState = speedups.AioHot  # type: ignore[union-attr]
+    _stage = speedups.aio_stage  # type: ignore[union-attr]
+    speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
 
 
 __all__ = ["AsyncProducer", "DELIVER_CHUNK", "RecordFuture", "STAGE_MAX", "YIELD_EVERY"]

@@ -1767,7 +1767,393 @@ static int fastsend_module_init(PyObject *mod) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * asyncio record futures (kproducer/aio.py): AioFuture is the base of aio.RecordFuture (its two slots, the run
+ * of staged records and the record's index there). Awaiting one whose batch is done (the common case: no
+ * per-record state, not split, no error) gives its RecordMetadata at once, computed here from the run and the
+ * batch, through a one-shot iterator (AioDone); anything else calls the Python method _await (aio.py, the one
+ * implementation of the semantics). aio_setup() gives this code aio.py's classes and their slot offsets.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *run;
+    Py_ssize_t i;
+} AioFuture;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *value; /* the result, handed over once */
+} AioDone;
+
+static PyTypeObject *aio_future_type, *aio_run_type, *aio_slot_type, *aio_batch_type, *aio_meta_type;
+static Py_ssize_t aio_run_extra, aio_run_segs, aio_run_starts, aio_run_sizes, aio_run_keys, aio_run_values,
+    aio_run_ts, aio_slot_done, aio_slot_split, aio_slot_batch, aio_b_error, aio_b_base_offset, aio_b_lat,
+    aio_b_topic, aio_b_partition;
+static PyObject *str_aio_await;
+#define AIO_AT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static void AioDone_dealloc(AioDone *self) {
+    Py_XDECREF(self->value);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *AioDone_next(AioDone *self) {
+    PyObject *v = self->value;
+    if (v == NULL) return NULL; /* (exhausted: StopIteration without a value) */
+    self->value = NULL;
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
+    Py_DECREF(v);
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+static PySendResult AioDone_send(AioDone *self, PyObject *arg, PyObject **result) {
+    (void)arg;
+    if (self->value == NULL) {
+        Py_INCREF(Py_None);
+        *result = Py_None;
+        return PYGEN_RETURN;
+    }
+    *result = self->value; /* (the reference moves to the caller) */
+    self->value = NULL;
+    return PYGEN_RETURN;
+}
+#endif
+
+static PyObject *AioDone_send_method(AioDone *self, PyObject *arg) {
+    (void)arg;
+    return AioDone_next(self);
+}
+
+/* throw(exc) / throw(type[, value[, tb]]): as a finished generator's, raises the exception */
+static PyObject *AioDone_throw(AioDone *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    Py_CLEAR(self->value);
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *AioDone_close(AioDone *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->value);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef AioDone_methods[] = {
+    {"send", (PyCFunction)AioDone_send_method, METH_O, "send(value): finishes with the result (StopIteration)."},
+    {"throw", (PyCFunction)(void (*)(void))AioDone_throw, METH_FASTCALL, "throw(exc): raises exc."},
+    {"close", (PyCFunction)AioDone_close, METH_NOARGS, "close()."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods AioDone_async = {
+#if PY_VERSION_HEX >= 0x030A0000
+    .am_send = (sendfunc)AioDone_send,
+#endif
+};
+
+static PyTypeObject AioDoneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioDone",
+    .tp_basicsize = sizeof(AioDone),
+    .tp_dealloc = (destructor)AioDone_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A finished await: gives its value once.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)AioDone_next,
+    .tp_methods = AioDone_methods,
+    .tp_as_async = &AioDone_async,
+};
+
+static int aio_ssize(PyObject *o, Py_ssize_t *out) {
+    if (o == NULL || !PyLong_CheckExact(o)) return -1;
+    *out = PyLong_AsSsize_t(o);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+static int aio_size_of(PyObject *o, Py_ssize_t *out) {
+    if (o == Py_None) {
+        *out = -1;
+        return 0;
+    }
+    if (o == NULL || !PyBytes_CheckExact(o)) return -1;
+    *out = PyBytes_GET_SIZE(o);
+    return 0;
+}
+
+/* The RecordMetadata of a record whose batch is done (the common case), or NULL (no error set) otherwise. */
+static PyObject *aio_fast_meta(AioFuture *self) {
+    PyObject *run = self->run;
+    if (aio_run_type == NULL || run == NULL || Py_TYPE(run) != aio_run_type || AIO_AT(run, aio_run_extra) != Py_None)
+        return NULL;
+    PyObject *segs = AIO_AT(run, aio_run_segs), *starts = AIO_AT(run, aio_run_starts);
+    if (segs == NULL || starts == NULL || !PyList_CheckExact(segs) || !PyList_CheckExact(starts)) return NULL;
+    Py_ssize_t i = self->i, lo = 0, hi = PyList_GET_SIZE(starts), s;
+    while (lo < hi) { /* bisect_right(starts, i) */
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (aio_ssize(PyList_GET_ITEM(starts, mid), &s) < 0) return NULL;
+        if (i < s) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo < 1 || lo > PyList_GET_SIZE(segs)) return NULL;
+    PyObject *seg = PyList_GET_ITEM(segs, lo - 1);
+    Py_ssize_t start, first;
+    if (!PyTuple_CheckExact(seg) || PyTuple_GET_SIZE(seg) != 4 || aio_ssize(PyTuple_GET_ITEM(seg, 0), &start) < 0 ||
+        aio_ssize(PyTuple_GET_ITEM(seg, 2), &first) < 0)
+        return NULL;
+    PyObject *slot = PyTuple_GET_ITEM(seg, 3);
+    if (Py_TYPE(slot) != aio_slot_type || AIO_AT(slot, aio_slot_done) != Py_True ||
+        AIO_AT(slot, aio_slot_split) != Py_None)
+        return NULL;
+    PyObject *b = AIO_AT(slot, aio_slot_batch);
+    if (b == NULL || Py_TYPE(b) != aio_batch_type || AIO_AT(b, aio_b_error) != Py_None) return NULL;
+    Py_ssize_t base, lat, ks, vs;
+    PyObject *topic = AIO_AT(b, aio_b_topic), *partition = AIO_AT(b, aio_b_partition), *ts = AIO_AT(run, aio_run_ts);
+    if (aio_ssize(AIO_AT(b, aio_b_base_offset), &base) < 0 || aio_ssize(AIO_AT(b, aio_b_lat), &lat) < 0 ||
+        topic == NULL || partition == NULL || ts == NULL)
+        return NULL;
+    PyObject *sizes = AIO_AT(run, aio_run_sizes);
+    if (sizes == Py_None) {
+        PyObject *keys = AIO_AT(run, aio_run_keys), *values = AIO_AT(run, aio_run_values);
+        if (keys == NULL || values == NULL || !PyList_CheckExact(keys) || !PyList_CheckExact(values) ||
+            i >= PyList_GET_SIZE(keys) || i >= PyList_GET_SIZE(values) || i < 0 ||
+            aio_size_of(PyList_GET_ITEM(keys, i), &ks) < 0 || aio_size_of(PyList_GET_ITEM(values, i), &vs) < 0)
+            return NULL;
+    } else if (sizes == NULL || !PyTuple_CheckExact(sizes) || PyTuple_GET_SIZE(sizes) != 2 ||
+               aio_ssize(PyTuple_GET_ITEM(sizes, 0), &ks) < 0 || aio_ssize(PyTuple_GET_ITEM(sizes, 1), &vs) < 0) {
+        return NULL;
+    }
+    PyObject *meta = aio_meta_type->tp_alloc(aio_meta_type, 6);
+    if (meta == NULL) return NULL;
+    PyObject *off = PyLong_FromSsize_t(base >= 0 ? base + first + i - start : -1);
+    PyObject *tso = lat >= 0 ? PyLong_FromSsize_t(lat) : Py_NewRef(ts);
+    PyObject *kso = PyLong_FromSsize_t(ks), *vso = PyLong_FromSsize_t(vs);
+    PyTuple_SET_ITEM(meta, 0, Py_NewRef(topic));
+    PyTuple_SET_ITEM(meta, 1, Py_NewRef(partition));
+    PyTuple_SET_ITEM(meta, 2, off);
+    PyTuple_SET_ITEM(meta, 3, tso);
+    PyTuple_SET_ITEM(meta, 4, kso);
+    PyTuple_SET_ITEM(meta, 5, vso);
+    if (off == NULL || tso == NULL || kso == NULL || vso == NULL) {
+        Py_DECREF(meta);
+        return NULL;
+    }
+    return meta;
+}
+
+static PyObject *AioFuture_await(PyObject *op) {
+    PyObject *meta = aio_fast_meta((AioFuture *)op);
+    if (meta != NULL) {
+        AioDone *it = PyObject_New(AioDone, &AioDoneType);
+        if (it == NULL) {
+            Py_DECREF(meta);
+            return NULL;
+        }
+        it->value = meta;
+        return (PyObject *)it;
+    }
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_CallMethodNoArgs(op, str_aio_await);
+}
+
+static void AioFuture_dealloc(AioFuture *self) {
+    Py_CLEAR(self->run);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef AioFuture_members[] = {
+    {"_run", T_OBJECT_EX, offsetof(AioFuture, run), 0, "the run of staged records the record belongs to"},
+    {"_i", T_PYSSIZET, offsetof(AioFuture, i), 0, "the record's index in its run"},
+    {NULL},
+};
+
+static PyAsyncMethods AioFuture_async = {
+    .am_await = (unaryfunc)AioFuture_await,
+};
+
+static PyTypeObject AioFutureType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioFuture",
+    .tp_basicsize = sizeof(AioFuture),
+    .tp_dealloc = (destructor)AioFuture_dealloc,
+    /* not tracked by the cyclic GC (as FastSend's futures): what a record future refers to (its run) never
+     * refers back to it once the record is settled */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The compiled base of kproducer.aio.RecordFuture.",
+    .tp_new = PyType_GenericNew,
+    .tp_iter = (getiterfunc)AioFuture_await,
+    .tp_members = AioFuture_members,
+    .tp_as_async = &AioFuture_async,
+};
+
+/* AioHot: send()'s counters and memory bound for its hot path (aio.py's _HotState, compiled). */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t sends, need, limit, count, max_value, stage_max, bound;
+} AioHot;
+
+static PyMemberDef AioHot_members[] = {
+    {"sends", T_PYSSIZET, offsetof(AioHot, sends), 0, "send() calls since the last yield to the loop"},
+    {"need", T_PYSSIZET, offsetof(AioHot, need), 0, "buffer memory the staged records may take at most"},
+    {"limit", T_PYSSIZET, offsetof(AioHot, limit), 0, "memory the hot path may stage up to (-1: none)"},
+    {"count", T_PYSSIZET, offsetof(AioHot, count), 0, "records staged"},
+    {"max_value", T_PYSSIZET, offsetof(AioHot, max_value), 0, "the longest value the hot path takes"},
+    {"stage_max", T_PYSSIZET, offsetof(AioHot, stage_max), 0, "staged records appended at once at the latest"},
+    {"bound", T_PYSSIZET, offsetof(AioHot, bound), 0, "a record's size bound beyond its value"},
+    {NULL},
+};
+
+static PyTypeObject AioHotType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioHot",
+    .tp_basicsize = sizeof(AioHot),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "AsyncProducer.send()'s hot-path state.",
+    .tp_new = PyType_GenericNew,
+    .tp_members = AioHot_members,
+};
+
+static Py_ssize_t aio_run_topic, aio_run_owner;
+static PyObject *str_aio_flush;
+
+/* aio_stage(hot, run, topic, value): send()'s hot path -- one more keyless bytes value for the current keyless
+ * run (run: its first record passed every other check, which hold until the run is appended), when the
+ * timestamp (wall clock, ms) is still the run's, the value is not too long and the memory bound holds. Returns
+ * the record's future, or None (nothing changed): send() then takes its Python path. */
+static PyObject *aio_stage(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
+    if (nargs != 4 || Py_TYPE(args[0]) != &AioHotType) {
+        PyErr_SetString(PyExc_TypeError, "aio_stage(hot, run, topic, value)");
+        return NULL;
+    }
+    AioHot *hot = (AioHot *)args[0];
+    PyObject *run = args[1], *value = args[3];
+    if (aio_run_type == NULL || Py_TYPE(run) != aio_run_type || !PyBytes_CheckExact(value) ||
+        AIO_AT(run, aio_run_topic) != args[2] || ((hot->sends + 1) & 31) == 0)
+        Py_RETURN_NONE;
+    Py_ssize_t size = PyBytes_GET_SIZE(value), ts;
+    if (size > hot->max_value || aio_ssize(AIO_AT(run, aio_run_ts), &ts) < 0) Py_RETURN_NONE;
+    Py_ssize_t need = hot->need + 2 * (size + hot->bound);
+    if (need > hot->limit) Py_RETURN_NONE;
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0 ||
+        (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 != (int64_t)ts)
+        Py_RETURN_NONE;
+    PyObject *keys = AIO_AT(run, aio_run_keys), *values = AIO_AT(run, aio_run_values);
+    if (keys == NULL || values == NULL || !PyList_CheckExact(keys) || !PyList_CheckExact(values)) Py_RETURN_NONE;
+    AioFuture *rec = (AioFuture *)aio_future_type->tp_alloc(aio_future_type, 0);
+    if (rec == NULL) return NULL;
+    if (PyObject_IS_GC((PyObject *)rec)) PyObject_GC_UnTrack(rec); /* (see AioFutureType) */
+    rec->run = Py_NewRef(run);
+    rec->i = PyList_GET_SIZE(values);
+    if (PyList_Append(keys, Py_None) < 0) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    if (PyList_Append(values, value) < 0) {
+        PyObject *none = NULL;
+        PyList_SetSlice(keys, PyList_GET_SIZE(keys) - 1, PyList_GET_SIZE(keys), none);
+        Py_DECREF(rec);
+        return NULL;
+    }
+    hot->need = need;
+    hot->sends += 1;
+    if (++hot->count >= hot->stage_max) {
+        PyObject *owner = AIO_AT(run, aio_run_owner);
+        PyObject *r = owner == NULL ? NULL : PyObject_CallMethodNoArgs(owner, str_aio_flush);
+        if (r == NULL) {
+            /* the record is staged: its future reports what becomes of it; the error goes to the caller */
+            Py_DECREF(rec);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return (PyObject *)rec;
+}
+
+static int aio_slot(PyTypeObject *tp, const char *name, Py_ssize_t *off) {
+    if (!PyType_Check((PyObject *)tp)) {
+        PyErr_SetString(PyExc_TypeError, "aio_setup() takes types");
+        return -1;
+    }
+    return slot_offset(tp, name, off);
+}
+
+/* aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata) */
+static PyObject *aio_setup(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "aio_setup() takes 5 types");
+        return NULL;
+    }
+    PyTypeObject *run = (PyTypeObject *)args[1], *slot = (PyTypeObject *)args[2], *batch = (PyTypeObject *)args[3];
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &AioFutureType) ||
+        !PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "aio_setup(): bad RecordFuture or RecordMetadata type");
+        return NULL;
+    }
+    if (aio_slot(run, "extra", &aio_run_extra) < 0 || aio_slot(run, "segs", &aio_run_segs) < 0 ||
+        aio_slot(run, "starts", &aio_run_starts) < 0 || aio_slot(run, "sizes", &aio_run_sizes) < 0 ||
+        aio_slot(run, "keys", &aio_run_keys) < 0 || aio_slot(run, "values", &aio_run_values) < 0 ||
+        aio_slot(run, "ts", &aio_run_ts) < 0 || aio_slot(run, "topic", &aio_run_topic) < 0 ||
+        aio_slot(run, "owner", &aio_run_owner) < 0 || aio_slot(slot, "done", &aio_slot_done) < 0 ||
+        aio_slot(slot, "split", &aio_slot_split) < 0 || aio_slot(slot, "batch", &aio_slot_batch) < 0 ||
+        aio_slot(batch, "error", &aio_b_error) < 0 || aio_slot(batch, "base_offset", &aio_b_base_offset) < 0 ||
+        aio_slot(batch, "log_append_time", &aio_b_lat) < 0 || aio_slot(batch, "topic", &aio_b_topic) < 0 ||
+        aio_slot(batch, "partition", &aio_b_partition) < 0)
+        return NULL;
+    PyTypeObject *types[5] = {(PyTypeObject *)args[0], run, slot, batch, (PyTypeObject *)args[4]};
+    PyTypeObject **dest[5] = {&aio_future_type, &aio_run_type, &aio_slot_type, &aio_batch_type, &aio_meta_type};
+    for (int k = 0; k < 5; k++) {
+        Py_INCREF(types[k]);
+        Py_XSETREF(*dest[k], types[k]);
+    }
+    Py_RETURN_NONE;
+}
+
+static int aio_module_init(PyObject *mod) {
+    if ((str_aio_await = PyUnicode_InternFromString("_await")) == NULL ||
+        (str_aio_flush = PyUnicode_InternFromString("_flush_staged")) == NULL)
+        return -1;
+    if (PyType_Ready(&AioDoneType) < 0 || PyType_Ready(&AioFutureType) < 0 || PyType_Ready(&AioHotType) < 0)
+        return -1;
+    Py_INCREF(&AioHotType);
+    if (PyModule_AddObject(mod, "AioHot", (PyObject *)&AioHotType) < 0) {
+        Py_DECREF(&AioHotType);
+        return -1;
+    }
+    Py_INCREF(&AioFutureType);
+    if (PyModule_AddObject(mod, "AioFuture", (PyObject *)&AioFutureType) < 0) {
+        Py_DECREF(&AioFutureType);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
+    {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
+     "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
+    {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,
+     "AsyncProducer.send()'s hot path: stage one more keyless record; None when it does not apply."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
     {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
      "The largest record's size (length prefix included) among the first count records of a records section."},
@@ -1807,7 +2193,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         Py_DECREF(mod);
         return NULL;
     }
-    if (fastsend_module_init(mod) < 0) {
+    if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -645,3 +645,50 @@ def test_keyless_sends_past_the_buffer_memory_wait_for_space_and_all_arrive(clus
     for part in range(PARTITIONS):
         stored = [int(r.value[:4]) for r in cluster.records(TOPIC, part) if r.value != b"warm"]
         assert stored == sorted(stored)
+
+
+def test_compiled_and_python_paths_of_the_record_future_agree(cluster: MockCluster) -> None:
+    """A record's metadata is the same whether ``await`` computes it (compiled with the accelerator: the common
+    case of a done record) or ``result()`` does (Python), for keyless records staged by send()'s hot path
+    across several STAGE_MAX flushes, records with None values, keyed and explicit-partition records, and
+    the one-record runs of the synchronous path; every metadata names where its record is stored."""
+    from kproducer.aio import STAGE_MAX
+    from kproducer.protocol.accel import speedups
+
+    n = 3 * STAGE_MAX + 17
+
+    async def main() -> List[Any]:
+        async with AsyncProducer(bootstrap_servers=cluster.bootstrap_servers, linger_ms=5) as p:
+            futs = [await p.send(TOPIC, b"v%05d" % i) for i in range(n)]
+            futs.append(await p.send(TOPIC, None))
+            futs.append(await p.send(TOPIC, b"keyed", key=b"key"))
+            futs.append(await p.send(TOPIC, b"explicit", partition=2))
+            futs.append(await p.send(TOPIC, b"headers", headers=[("h", b"1")]))  # (the synchronous path)
+            if speedups is not None:  # the hot path's futures are not tracked by the cyclic GC (no cycle is left)
+                assert not all(gc.is_tracked(f) for f in futs[1:n])
+            await p.flush()
+            out = []
+            for f in futs:
+                it = f.__await__()
+                with pytest.raises(StopIteration) as stop:
+                    it.send(None)  # done: the await finishes at once
+                meta = stop.value.value
+                assert meta == f.result() == await f
+                out.append(meta)
+            with pytest.raises(ValueError):  # (the iterator of an await acts as a generator's)
+                futs[0].__await__().throw(ValueError("thrown"))
+            futs[0].__await__().close()
+            return out
+
+    metas = asyncio.run(main())
+    values = [b"v%05d" % i for i in range(n)] + [None, b"keyed", b"explicit", b"headers"]
+    stored = {(part, r.offset): r for part in range(PARTITIONS) for r in cluster.records(TOPIC, part)}
+    assert len(stored) == len(values)
+    for meta, value in zip(metas, values):
+        assert meta.topic == TOPIC
+        rec = stored[(meta.partition, meta.offset)]
+        assert rec.value == value
+        assert meta.serialized_value_size == (-1 if value is None else len(value))
+        assert meta.serialized_key_size == (3 if value == b"keyed" else -1)
+        assert meta.timestamp == rec.timestamp
+    assert metas[-2].partition == 2

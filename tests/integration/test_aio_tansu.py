@@ -24,7 +24,11 @@ def test_100k_awaited_sends_read_back_exactly(tansu: Tansu, new_topic: Callable[
     n = 100_000
 
     async def main() -> List[RecordMetadata]:
-        async with AsyncProducer(bootstrap_servers=tansu.bootstrap, linger_ms=5) as p:
+        # one request in flight: tansu sometimes fails a request pipelined behind another to the same partition
+        # with UNKNOWN_SERVER_ERROR under load (docs/design.md, tansu's quirks); pipelining is covered on the
+        # MockCluster (test_aio_mock) and by test_idempotence_tansu
+        async with AsyncProducer(bootstrap_servers=tansu.bootstrap, linger_ms=5,
+                                 max_in_flight_requests_per_connection=1) as p:
             futs = [await p.send(topic, b"%06d" % i, key=b"k%d" % (i % 97)) for i in range(n)]
             return [await f for f in futs]
 

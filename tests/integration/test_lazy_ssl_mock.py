@@ -1,0 +1,88 @@
+"""Issue 16 (memory): ``import kproducer`` and a PLAINTEXT producer never import the ``ssl`` module (about
+5 MiB of RSS). The MockCluster itself imports ssl, so it runs in this process and the producer runs in a
+fresh child process, which reports what it had imported; the records are read back independently."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any, Dict, Iterator
+
+import pytest
+
+from kproducer.mock import MockCluster
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOPIC = "lazy-ssl"
+N = 200
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import kproducer
+    after_import = sorted(m for m in ("ssl", "_ssl", "kproducer.mock") if m in sys.modules)
+    from kproducer import Producer
+    bootstrap, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with Producer(bootstrap_servers=bootstrap, security_protocol="PLAINTEXT") as p:
+        futures = [p.send(topic, b"v-%d" % i, partition=0) for i in range(n // 2)]
+        p.send_batch(topic, [b"v-%d" % i for i in range(n // 2, n)], partition=0)
+        p.flush(60)
+        acked = sum(1 for f in futures if f.get(60).offset >= 0)
+    after_send = sorted(m for m in ("ssl", "_ssl", "kproducer.mock") if m in sys.modules)
+    print(json.dumps({"after_import": after_import, "after_send": after_send, "acked": acked}))
+""")
+
+
+@pytest.fixture
+def cluster() -> Iterator[MockCluster]:
+    with MockCluster(1) as c:
+        c.create_topic(TOPIC, 1)
+        yield c
+
+
+def _run_child(*args: str) -> Dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *args],
+        env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result: Dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_plaintext_producer_never_imports_ssl(cluster: MockCluster) -> None:
+    pytest.importorskip("kafka")
+    from tests.readback import consume
+
+    got = _run_child(cluster.bootstrap_servers, TOPIC, str(N))
+    assert got == {"after_import": [], "after_send": [], "acked": N // 2}
+    read = consume(cluster.bootstrap_servers, TOPIC, [0], N, timeout=60)
+    assert [r.value for r in read] == [b"v-%d" % i for i in range(N)]
+
+
+def test_import_alone_does_not_load_ssl() -> None:
+    code = ("import sys, kproducer, kproducer.security, kproducer.config, kproducer.network.selector; "
+            "print(sorted(m for m in ('ssl', '_ssl', 'kproducer.mock') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code],
+                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_tls_setting_loads_ssl_when_it_is_used() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from kproducer.config import ProducerConfig
+        from kproducer.security import channel_security
+        plain = channel_security(ProducerConfig({"bootstrap.servers": "127.0.0.1:9"}))
+        before = "ssl" in sys.modules
+        tls = channel_security(ProducerConfig({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}))
+        print(plain.ssl_context is None, before, type(tls.ssl_context).__name__, "ssl" in sys.modules)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code],
+                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False", "SSLContext", "True"]

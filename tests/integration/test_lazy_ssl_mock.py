@@ -86,3 +86,24 @@ def test_a_tls_setting_loads_ssl_when_it_is_used() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "False", "SSLContext", "True"]
+
+
+def test_sasl_plain_needs_no_openssl_and_scram_loads_hashlib() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from kproducer.config import ProducerConfig
+        from kproducer.security import channel_security
+        def client(mechanism):
+            cs = channel_security(ProducerConfig({"bootstrap.servers": "127.0.0.1:9",
+                                                  "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                                                  "sasl.username": "u", "sasl.password": "p"}))
+            c = cs.sasl_client_factory("127.0.0.1")
+            c.initial_response()
+            return type(c).__name__ + ":" + ",".join(m for m in ("ssl", "_hashlib") if m in sys.modules)
+        print(client("PLAIN"), client("SCRAM-SHA-256"))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code],
+                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["PlainClient:", "ScramClient:_hashlib"]

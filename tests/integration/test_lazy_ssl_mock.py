@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import Any, Dict, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -41,21 +41,21 @@ def cluster() -> Iterator[MockCluster]:
         yield c
 
 
-def _run_child(*args: str) -> Dict[str, Any]:
+def _python(code: str, *args: str) -> str:
+    """What a fresh interpreter running ``code`` (this checkout first on its path) prints."""
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *args],
+        [sys.executable, "-c", code, *args],
         env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    result: Dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    return proc.stdout
 
 
 def test_plaintext_producer_never_imports_ssl(cluster: MockCluster) -> None:
     pytest.importorskip("kafka")
     from tests.readback import consume
 
-    got = _run_child(cluster.bootstrap_servers, TOPIC, str(N))
+    got = json.loads(_python(CHILD, cluster.bootstrap_servers, TOPIC, str(N)).strip().splitlines()[-1])
     assert got == {"after_import": [], "after_send": [], "acked": N // 2}
     read = consume(cluster.bootstrap_servers, TOPIC, [0], N, timeout=60)
     assert [r.value for r in read] == [b"v-%d" % i for i in range(N)]
@@ -64,11 +64,7 @@ def test_plaintext_producer_never_imports_ssl(cluster: MockCluster) -> None:
 def test_import_alone_does_not_load_ssl() -> None:
     code = ("import sys, kproducer, kproducer.security, kproducer.config, kproducer.network.selector; "
             "print(sorted(m for m in ('ssl', '_ssl', '_hashlib', 'kproducer.mock') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code],
-                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    assert _python(code).strip() == "[]"
 
 
 def test_a_tls_setting_loads_ssl_when_it_is_used() -> None:
@@ -81,11 +77,7 @@ def test_a_tls_setting_loads_ssl_when_it_is_used() -> None:
         tls = channel_security(ProducerConfig({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}))
         print(plain.ssl_context is None, before, type(tls.ssl_context).__name__, "ssl" in sys.modules)
     """)
-    proc = subprocess.run([sys.executable, "-c", code],
-                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["True", "False", "SSLContext", "True"]
+    assert _python(code).split() == ["True", "False", "SSLContext", "True"]
 
 
 def test_sasl_plain_needs_no_openssl_and_scram_loads_hashlib() -> None:
@@ -102,8 +94,4 @@ def test_sasl_plain_needs_no_openssl_and_scram_loads_hashlib() -> None:
             return type(c).__name__ + ":" + ",".join(m for m in ("ssl", "_hashlib") if m in sys.modules)
         print(client("PLAIN"), client("SCRAM-SHA-256"))
     """)
-    proc = subprocess.run([sys.executable, "-c", code],
-                          env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["PlainClient:", "ScramClient:_hashlib"]
+    assert _python(code).split() == ["PlainClient:", "ScramClient:_hashlib"]

@@ -13,13 +13,15 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-import ssl
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from .errors import ConfigError
 from .protocol.compression import check_codec_available, codec_from_name
 from .protocol.sasl import SUPPORTED_MECHANISMS
 from .serialization import check_serializer, instantiate, load_object
+
+if TYPE_CHECKING:
+    import ssl  # imported at run time only when a TLS setting needs it
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +525,11 @@ def _convert(s: _Setting, v: Any) -> Any:
         raise ConfigError(f"{s.java}={v!r} is not supported: 'https' checks the broker's host name, an empty "
                           "value does not")
     if kind == "sslcontext":
-        if v is not None and not isinstance(v, ssl.SSLContext):
+        if v is None:
+            return None
+        import ssl  # a context was given, so the caller has ssl loaded already
+
+        if not isinstance(v, ssl.SSLContext):
             raise ConfigError(f"{s.java} must be an ssl.SSLContext, got a {type(v).__name__}")
         return v
     if kind == "provider":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import ssl
 import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -35,15 +34,18 @@ from .errors import ConfigError, SaslAuthenticationFailedError
 from .network.channel_security import PLAINTEXT, ChannelSecurity, SaslClientFactory
 
 if TYPE_CHECKING:
+    import ssl
+
     from .protocol.sasl import SaslClient
 
 log = logging.getLogger(__name__)
 
-_TLS_VERSIONS: Dict[str, ssl.TLSVersion] = {
-    "TLSv1": ssl.TLSVersion.TLSv1,
-    "TLSv1.1": ssl.TLSVersion.TLSv1_1,
-    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
-    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+#: setting value -> ssl.TLSVersion member name (``ssl`` itself is imported only when TLS is used)
+_TLS_VERSIONS: Dict[str, str] = {
+    "TLSv1": "TLSv1",
+    "TLSv1.1": "TLSv1_1",
+    "TLSv1.2": "TLSv1_2",
+    "TLSv1.3": "TLSv1_3",
 }
 _ORDER = list(_TLS_VERSIONS)
 #: TLS 1.3 cipher suites (their OpenSSL and IANA names are the same)
@@ -75,6 +77,7 @@ def _name(cfg: ProducerConfig, java: str) -> str:
 
 def ssl_context(cfg: ProducerConfig) -> ssl.SSLContext:
     """The client ``ssl.SSLContext`` the TLS settings describe (``ssl_context`` itself when given)."""
+    import ssl  # only a TLS connection needs it (about 5 MiB of RSS)
     if cfg.ssl_context is not None:
         return cfg.ssl_context
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -95,6 +98,7 @@ def ssl_context(cfg: ProducerConfig) -> ssl.SSLContext:
 
 
 def _set_versions(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
+    import ssl
     enabled = cfg.ssl_enabled_protocols
     lowest, highest = enabled[0], enabled[-1]
     if cfg.ssl_protocol != "TLS" and _ORDER.index(cfg.ssl_protocol) < _ORDER.index(highest):
@@ -103,13 +107,14 @@ def _set_versions(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
             raise ConfigError(f"ssl.protocol={cfg.ssl_protocol} is below every version in ssl.enabled.protocols "
                               f"({','.join(enabled)})")
     try:
-        ctx.minimum_version = _TLS_VERSIONS[lowest]
-        ctx.maximum_version = _TLS_VERSIONS[highest]
+        ctx.minimum_version = ssl.TLSVersion[_TLS_VERSIONS[lowest]]
+        ctx.maximum_version = ssl.TLSVersion[_TLS_VERSIONS[highest]]
     except (ValueError, ssl.SSLError) as e:  # pragma: no cover - an OpenSSL built without these versions
         raise ConfigError(f"ssl.enabled.protocols={','.join(enabled)}: this OpenSSL refuses it ({e})") from None
 
 
 def _set_ciphers(cfg: ProducerConfig, ctx: ssl.SSLContext, suites: str) -> None:
+    import ssl
     name = _name(cfg, "ssl.cipher.suites")
     items = [x.strip() for x in suites.replace(",", ":").replace(" ", ":").split(":") if x.strip()]
     older = [x for x in items if x not in _TLS13_SUITES]
@@ -140,6 +145,7 @@ def _check_file(setting: str, path: str, directory_ok: bool = False) -> None:
 
 
 def _load_trust(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
+    import ssl
     location = cfg.ssl_truststore_location
     if cfg.ssl_truststore_certificates is not None:
         name = _name(cfg, "ssl.truststore.certificates")
@@ -217,6 +223,7 @@ def _load_client_certificate(cfg: ProducerConfig, ctx: ssl.SSLContext) -> None:
 
 def _load_chain(ctx: ssl.SSLContext, name: str, where: str, certfile: str, keyfile: Optional[str],
                 password_name: str, password: Optional[Password]) -> None:
+    import ssl
     asked: List[bool] = []
 
     def give_password() -> str:  # never OpenSSL's interactive prompt

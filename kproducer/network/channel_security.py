@@ -5,10 +5,11 @@ entry points may build one directly. The network layer never reads settings itse
 """
 from __future__ import annotations
 
-import ssl
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
+    import ssl
+
     from ..protocol.sasl import SaslClient
 
 #: makes a fresh SASL mechanism client for one authentication with the broker at ``host``

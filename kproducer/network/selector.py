@@ -17,12 +17,14 @@ import errno
 import logging
 import selectors
 import socket
-import ssl
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Type, Union
 
 from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,18 @@ class ChannelState:
     CLOSED = "closed"
 
 
-Sock = Union[socket.socket, ssl.SSLSocket]
+Sock = Union[socket.socket, "ssl.SSLSocket"]
+
+# The exceptions the I/O paths catch. ``ssl`` (about 5 MiB of RSS) is imported only when a TLS channel is
+# made (:func:`_load_tls`), which adds its classes here; until then the TLS entries are empty tuples, which
+# match nothing, so a plaintext producer never imports ssl and an except clause costs one global lookup.
+_ExcTypes = Tuple[Type[BaseException], ...]
+#: the socket cannot take / give more now
+_WOULD_BLOCK: _ExcTypes = (BlockingIOError, InterruptedError)
+#: the TLS peer closed the TLS session (close_notify): end of stream
+_TLS_CLOSED: _ExcTypes = ()
+#: any other TLS failure
+_TLS_ERROR: _ExcTypes = ()
 # the first bytes of a TLS record (handshake 0x16 or alert 0x15, then major version 3): what a TLS
 # listener answers to a plaintext Kafka request, and never the start of a Kafka response frame that
 # we accept (that would be a frame of over 350 MB)
@@ -329,7 +342,7 @@ class Selector:
                 cur = ch.current = ch.sends.popleft()
             try:
                 n = sock.send(cur)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            except _WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close_channel(ch, f"write failed: {e}")
@@ -348,11 +361,11 @@ class Selector:
         while True:
             try:
                 data = sock.recv(_READ_CHUNK)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            except _WOULD_BLOCK:
                 return
-            except ssl.SSLZeroReturnError:
+            except _TLS_CLOSED:
                 data = b""
-            except ssl.SSLError as e:
+            except _TLS_ERROR as e:
                 # TLS 1.3: a broker that refuses our certificate says so after the handshake, in an alert
                 if not ch.received_any:
                     self._fail_channel(ch, SslAuthenticationError(
@@ -424,6 +437,8 @@ class Selector:
 
     def _start_tls(self, ch: KafkaChannel) -> None:
         assert self.ssl_context is not None
+        _load_tls()
+        import ssl
         if ch.registered_events:
             # the wrapped socket takes over the file descriptor: register it anew
             self._sel.unregister(ch.sock)
@@ -440,6 +455,8 @@ class Selector:
         self._handshake(ch)
 
     def _handshake(self, ch: KafkaChannel) -> None:
+        import ssl  # loaded by _start_tls
+
         sock = ch.sock
         assert isinstance(sock, ssl.SSLSocket)
         try:
@@ -565,9 +582,23 @@ def _format_sockaddr(addr: Any) -> str:
     return str(addr)
 
 
+def _load_tls() -> None:
+    """Import ssl and add its exception classes to the ones the I/O paths catch (once; a TLS channel
+    is about to be made)."""
+    global _WOULD_BLOCK, _TLS_CLOSED, _TLS_ERROR
+    if _TLS_ERROR:
+        return
+    import ssl
+
+    _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+    _TLS_CLOSED = (ssl.SSLZeroReturnError,)
+    _TLS_ERROR = (ssl.SSLError,)
+
+
 def _ssl_reason(e: BaseException) -> str:
     """OpenSSL's reason for a TLS failure, in words ("certificate verify failed: unable to get local
     issuer certificate", "wrong version number", ...)."""
+    import ssl  # only TLS failures come here
     if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
         return f"certificate verify failed: {e.verify_message}"
     reason = getattr(e, "reason", None)

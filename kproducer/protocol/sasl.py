@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import logging
 import math
 import os
 import re
-import secrets
 import time
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
+# hashlib, hmac and secrets are imported in the functions that use them: they load OpenSSL's libcrypto
+# (about 3.5 MiB of RSS), which only SCRAM (and the mock's PLAIN server) needs
 from .errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 
 __all__ = [
@@ -149,6 +148,8 @@ class _ScramKeys:
     __slots__ = ("hash_name", "stored_key", "server_key", "client_key")
 
     def __init__(self, hash_name: str, password: bytes, salt: bytes, iterations: int) -> None:
+        import hashlib
+        import hmac
         self.hash_name = hash_name
         salted = hashlib.pbkdf2_hmac(hash_name, password, salt, iterations)
         self.client_key = hmac.new(salted, b"Client Key", hash_name).digest()
@@ -159,10 +160,12 @@ class _ScramKeys:
         return f"_ScramKeys({self.hash_name})"
 
     def client_proof(self, auth_message: bytes) -> bytes:
+        import hmac
         signature = hmac.new(self.stored_key, auth_message, self.hash_name).digest()
         return _xor(self.client_key, signature)
 
     def server_signature(self, auth_message: bytes) -> bytes:
+        import hmac
         return hmac.new(self.server_key, auth_message, self.hash_name).digest()
 
 
@@ -276,6 +279,8 @@ class ScramClient(SaslClient):
     def __init__(self, username: str, password: str, *, hash_name: str = "sha256",
                  extensions: Optional[Mapping[str, str]] = None, nonce: Optional[str] = None,
                  min_iterations: int = SCRAM_MIN_ITERATIONS) -> None:
+        import hashlib
+        import secrets
         super().__init__()
         self.mechanism = _scram_mechanism_name(hash_name)
         hashlib.new(hash_name)  # ValueError for an unknown hash
@@ -341,6 +346,7 @@ class ScramClient(SaslClient):
         return f"{without_proof},p={_b64encode(proof)}".encode("ascii")
 
     def _verify_server_final(self, challenge: bytes) -> None:
+        import hmac
         mech = self.mechanism
         server_final = _decode_utf8(challenge, mech, "server-final message")
         pairs = _parse_scram_attributes(server_final, mech, "server-final message")
@@ -492,6 +498,7 @@ class PlainServer(SaslServer):
         self._users = users
 
     def _evaluate(self, response: bytes) -> bytes:
+        import hmac
         parts = response.split(b"\x00")
         if len(parts) != 3:
             _refuse(self.mechanism, "malformed message: expected authzid NUL username NUL password")
@@ -515,6 +522,7 @@ class ScramServer(SaslServer):
 
     def __init__(self, users: Mapping[str, str], *, hash_name: str = "sha256", iterations: int = 4096,
                  salt: Optional[bytes] = None, nonce: Optional[str] = None) -> None:
+        import hashlib
         super().__init__()
         self.mechanism = _scram_mechanism_name(hash_name)
         hashlib.new(hash_name)
@@ -542,6 +550,7 @@ class ScramServer(SaslServer):
         return self._server_final_message(response)
 
     def _server_first_message(self, response: bytes) -> bytes:
+        import secrets
         mech = self.mechanism
         message = _decode_utf8(response, mech, "client-first message", _refuse)
         m = re.fullmatch(r"([nyp])(=[^,]*)?,(a=[^,]*)?,(.*)", message, re.DOTALL)
@@ -581,6 +590,8 @@ class ScramServer(SaslServer):
         return self._server_first.encode("utf-8")
 
     def _server_final_message(self, response: bytes) -> bytes:
+        import hashlib
+        import hmac
         mech = self.mechanism
         message = _decode_utf8(response, mech, "client-final message", _refuse)
         pairs = _parse_scram_attributes(message, mech, "client-final message", _refuse)

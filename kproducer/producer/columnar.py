@@ -171,16 +171,9 @@ def send_columns(producer: "Producer", topic: str, values: BinaryColumn, keys: O
                     merged[p] = row_indices(array.array("i", both).tobytes())
                 groups = list(merged.items())
     adm.check_can_send(topic, [part for part, _rows in groups])
-    segments: List[Any] = []
-    wake = False
     acc = producer._accumulator
-    for part, rows in groups:
-        now = clock.monotonic_ms()
-        if acc.append_columns(topic, part, timestamp, keys, values, rows, producer._max_block_ms - (now - start), now,
-                              segments):
-            wake = True
-    if wake:
-        sender.wakeup()
+    segments = producer._append_groups(groups, start, lambda part, rows, remaining, now, segs: acc.append_columns(
+        topic, part, timestamp, keys, values, rows, remaining, now, segs))
     return BatchSendFuture(topic, n, segments, timestamp)
 
 

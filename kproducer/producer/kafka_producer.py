@@ -8,7 +8,7 @@ import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -363,19 +363,28 @@ class Producer:
             self._metadata.add_topic(topic)
         groups = adm.groups(topic, n, single, per_record, keys, ks, values, vals, hs, num_partitions, cluster)
         adm.check_can_send(topic, [part for part, _idxs in groups])
-        segments: List[Any] = []
-        wake = False
         acc = self._accumulator
-        for part, idxs in groups:
-            now = clock.monotonic_ms()
-            remaining = self._max_block_ms - (now - start)
-            if acc.append_many(topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segments):
-                wake = True
-        if wake:
-            self._sender.wakeup()
+        segments = self._append_groups(groups, start, lambda part, idxs, remaining, now, segs: acc.append_many(
+            topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segs))
         if adm.interceptors is not None and adm.interceptors.acknowledges:
             self._acknowledge_each(adm.interceptors, segments, timestamp, ks, vals)
         return BatchSendFuture(topic, n, segments, timestamp)
+
+    def _append_groups(self, groups: Sequence[Tuple[int, Sequence[int]]], start: float,
+                       append: Callable[[int, Sequence[int], float, float, List[Any]], bool]) -> List[Any]:
+        """Append each partition's rows with ``append(partition, rows, remaining max.block.ms, now, segments)``
+        (an accumulator append returning whether the sender should wake), max.block.ms counted from ``start``
+        for the whole call; wakes the sender once at the end. The segments, for the BatchSendFuture."""
+        segments: List[Any] = []
+        wake = False
+        clock = self._clock
+        for part, rows in groups:
+            now = clock.monotonic_ms()
+            if append(part, rows, self._max_block_ms - (now - start), now, segments):
+                wake = True
+        if wake:
+            self._sender.wakeup()
+        return segments
 
     @staticmethod
     def _intercept_batch(interceptors: Interceptors, topic: str, values: Sequence[Any], keys: Optional[Sequence[Any]],

@@ -53,7 +53,7 @@ from .interceptors import Interceptors, ProducerRecord, failure_metadata
 from .metrics import Metric
 from .partitioner import StickyPartitioner
 from .plugins import close_plugins, configure_plugins
-from .transaction_manager import TransactionManager
+from .transaction_manager import TransactionalRequestResult, TransactionManager
 from .wiring import wire_producer
 
 log = logging.getLogger(__name__)
@@ -581,10 +581,7 @@ class Producer:
         and get a producer id. Call once, before the first transaction; waits up to max.block.ms."""
         txn = self._transactions()
         started = self._monotonic_ms()
-        result = txn.init_transactions()
-        self._sender.wakeup()
-        result.wait(self._block_s(timeout))
-        self._sender.metrics.record_call_time("txn-init", self._monotonic_ms() - started)
+        self._await_result(txn.init_transactions(), timeout, "txn-init", started)
 
     def begin_transaction(self) -> None:
         """Start a transaction: records sent until commit/abort belong to it."""
@@ -607,11 +604,8 @@ class Producer:
         if isinstance(group, str):
             group = ConsumerGroupMetadata(group, generation_id, member_id, group_instance_id)
         started = self._monotonic_ms()
-        result = txn.send_offsets_to_transaction(offsets, group)
-        self._sender.wakeup()
-        result.wait(self._block_s(timeout))
-        if offsets:  # (Java times only a call with offsets)
-            self._sender.metrics.record_call_time("txn-send-offsets", self._monotonic_ms() - started)
+        self._await_result(txn.send_offsets_to_transaction(offsets, group), timeout,
+                           "txn-send-offsets" if offsets else None, started)  # (Java times only a call with offsets)
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it. Raises TransactionError when a record failed
@@ -619,10 +613,7 @@ class Producer:
         goes on in the background: call commit_transaction() again to wait for it."""
         txn = self._transactions()
         started = self._monotonic_ms()
-        result = txn.begin_commit()
-        self._sender.wakeup()
-        result.wait(self._block_s(timeout))
-        self._sender.metrics.record_call_time("txn-commit", self._monotonic_ms() - started)
+        self._await_result(txn.begin_commit(), timeout, "txn-commit", started)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort the transaction: unsent records fail with TransactionAbortedError; what was written is
@@ -632,9 +623,17 @@ class Producer:
         result = txn.begin_abort()
         self._accumulator.abort_undrained_batches(TransactionAbortedError(
             "the transaction was aborted before this record was sent"))
+        self._await_result(result, timeout, "txn-abort", started)
+
+    def _await_result(self, result: TransactionalRequestResult, timeout: Optional[float], timer: Optional[str],
+                      started: float) -> None:
+        """Wake the network thread for a transactional request and wait for its result (raising its error);
+        on success, the call's time since ``started`` goes to the ``<timer>-time-ns-total`` metric (Java's
+        KafkaProducerMetrics)."""
         self._sender.wakeup()
         result.wait(self._block_s(timeout))
-        self._sender.metrics.record_call_time("txn-abort", self._monotonic_ms() - started)
+        if timer is not None:
+            self._sender.metrics.record_call_time(timer, self._monotonic_ms() - started)
 
     def _check_open(self, call: str = "a transactional call") -> None:
         if self._closed:

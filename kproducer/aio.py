@@ -24,8 +24,11 @@ is on its way: cancelling the returned future (e.g. ``asyncio.wait_for`` timing 
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import concurrent.futures
 import contextlib
+import functools
+import inspect
 import logging
 from bisect import bisect_right as _bisect
 from collections import deque
@@ -151,6 +154,26 @@ class _RecordState:
         self.message: Optional[str] = None
         self.callbacks: List[Tuple[Any, Any]] = []
         self.waiters: List["asyncio.Future[None]"] = []
+
+
+#: the compiled AsyncProducer.send descriptor (see _compiled_send), when built
+_SendMethod: Any = getattr(speedups, "AioSendMethod", None) if speedups is not None else None
+
+
+def _compiled_send(fn: Any) -> Any:
+    """``fn`` (the Python ``async def send``) wrapped in the compiled descriptor ``_speedups.AioSendMethod``:
+    it keeps fn's name, docstring, signature (``__wrapped__``) and code flags, so that help(),
+    inspect.signature, inspect.iscoroutinefunction and asyncio.iscoroutinefunction see fn."""
+    method = functools.update_wrapper(_SendMethod(fn), fn)
+    method.__code__ = fn.__code__
+    method.__defaults__ = fn.__defaults__
+    method.__kwdefaults__ = fn.__kwdefaults__
+    marker = getattr(asyncio.coroutines, "_is_coroutine", None)
+    if marker is not None:
+        method._is_coroutine = marker
+    if hasattr(inspect, "markcoroutinefunction"):
+        inspect.markcoroutinefunction(method)
+    return method
 
 
 #: the compiled base of RecordFuture (its slots and a compiled ``await`` of a done record), when built
@@ -622,6 +645,12 @@ class AsyncProducer:
                             self._hot.limit = pool._available if self._system_clock else -1
                             return self._stage_one(run, key, value)
         return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
+
+    if _SendMethod is not None and not TYPE_CHECKING:
+        # AsyncProducer.send as a compiled method: a call that the hot path takes (aio_stage) stages its record
+        # and returns a finished coroutine (no coroutine object, nothing the cyclic GC tracks); every other call
+        # runs the send() above and returns its coroutine (help(), signature and typing are its own)
+        send = _compiled_send(send)
 
     def _stage_one(self, run: _Run, key: Optional[bytes], value: Optional[bytes]) -> RecordFuture:
         """Stage a record that passed the checks in ``run`` (appended at the end of the loop iteration, or now
@@ -1145,6 +1174,10 @@ if _CFuture is not None:
     _HotState = speedups.AioHot  # type: ignore[union-attr]
     _stage = speedups.aio_stage  # type: ignore[union-attr]
     speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
+    if _SendMethod is not None:
+        # what the compiled send() returns when it staged the record at once: a finished coroutine, taken as
+        # one by asyncio.iscoroutine (create_task, ensure_future, gather, wait_for)
+        collections.abc.Coroutine.register(speedups.AioReady)  # type: ignore[union-attr]
 
 
 __all__ = ["AsyncProducer", "DELIVER_CHUNK", "RecordFuture", "STAGE_MAX", "YIELD_EVERY"]

@@ -1957,6 +1957,11 @@ static PyObject *aio_fast_meta(AioFuture *self) {
         Py_DECREF(meta);
         return NULL;
     }
+    /* all six fields atomic (str, ints) and no __dict__: it cannot be part of a reference cycle, so the cyclic
+     * GC need not track it (as it untracks such plain tuples itself; a tuple subclass it never untracks) */
+    if (aio_meta_type->tp_dictoffset == 0 && PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition) &&
+        PyLong_CheckExact(tso) && PyObject_IS_GC(meta))
+        PyObject_GC_UnTrack(meta);
     return meta;
 }
 
@@ -1980,6 +1985,14 @@ static void AioFuture_dealloc(AioFuture *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* RecordFuture(...) from Python (send()'s Python paths): not tracked either, as aio_stage's (see AioFutureType);
+ * only RecordFuture itself (a subclass of it may add a __dict__ and so take part in a cycle) */
+static PyObject *AioFuture_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *self = PyType_GenericNew(type, args, kwds);
+    if (self != NULL && type == aio_future_type && PyObject_IS_GC(self)) PyObject_GC_UnTrack(self);
+    return self;
+}
+
 static PyMemberDef AioFuture_members[] = {
     {"_run", T_OBJECT_EX, offsetof(AioFuture, run), 0, "the run of staged records the record belongs to"},
     {"_i", T_PYSSIZET, offsetof(AioFuture, i), 0, "the record's index in its run"},
@@ -1999,7 +2012,7 @@ static PyTypeObject AioFutureType = {
      * refers back to it once the record is settled */
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "The compiled base of kproducer.aio.RecordFuture.",
-    .tp_new = PyType_GenericNew,
+    .tp_new = AioFuture_new,
     .tp_iter = (getiterfunc)AioFuture_await,
     .tp_members = AioFuture_members,
     .tp_as_async = &AioFuture_async,
@@ -2149,6 +2162,288 @@ static int aio_module_init(PyObject *mod) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * AsyncProducer.send() without a coroutine (kproducer/aio.py): AioSendMethod(func) is the class attribute
+ * AsyncProducer.send, a method descriptor like SendMethod. A call that aio_stage takes (a keyless bytes value
+ * for the topic of the current keyless run: send()'s hot path) stages the record here and returns an AioReady,
+ * a finished coroutine-like object holding the record's future (``await`` gives it at once); every other call
+ * runs func, the Python ``async def send``, and returns its coroutine. AioReady is not tracked by the cyclic
+ * GC (it refers only to the record future, itself untracked) and aio.py registers it as a
+ * collections.abc.Coroutine, so asyncio.create_task/ensure_future/gather/wait_for take it. One that is never
+ * awaited warns as a coroutine does (RuntimeWarning); its record was staged by the call all the same.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *rec;  /* the record's future; NULL once handed over, closed or thrown into */
+    int started;    /* handed over, closed or thrown into (a second await raises, as a coroutine's) */
+} AioReady;
+
+static PyObject *str_aio_hot, *str_aio_keyless_run, *aio_send_kwnames[6];
+
+static void AioReady_dealloc(AioReady *self) {
+    if (self->rec != NULL) {
+        /* never awaited: warn as an unawaited coroutine does (the record was staged by the call) */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (PyErr_WarnEx(PyExc_RuntimeWarning, "coroutine 'AsyncProducer.send' was never awaited", 1) < 0)
+            PyErr_WriteUnraisable((PyObject *)self);
+        PyErr_Restore(et, ev, tb);
+        Py_CLEAR(self->rec);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* the record's future (a new reference), or NULL with the error a finished coroutine's send() raises */
+static PyObject *aio_ready_take(AioReady *self, PyObject *arg) {
+    PyObject *rec = self->rec;
+    if (rec == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    if (arg != NULL && arg != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "can't send non-None value to a just-started coroutine");
+        return NULL;
+    }
+    self->rec = NULL;
+    self->started = 1;
+    return rec;
+}
+
+static PyObject *aio_ready_stop(PyObject *rec) {
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, rec);
+    Py_DECREF(rec);
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *AioReady_next(AioReady *self) {
+    PyObject *rec = aio_ready_take(self, NULL);
+    return rec == NULL ? NULL : aio_ready_stop(rec);
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+static PySendResult AioReady_am_send(AioReady *self, PyObject *arg, PyObject **result) {
+    PyObject *rec = aio_ready_take(self, arg);
+    if (rec == NULL) {
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    *result = rec; /* (the reference moves to the caller) */
+    return PYGEN_RETURN;
+}
+#endif
+
+static PyObject *AioReady_send(AioReady *self, PyObject *arg) {
+    PyObject *rec = aio_ready_take(self, arg);
+    return rec == NULL ? NULL : aio_ready_stop(rec);
+}
+
+/* throw(exc) / throw(type[, value[, tb]]): as a just-started coroutine's, raises the exception (the coroutine
+ * is finished then; the record stays staged) */
+static PyObject *AioReady_throw(AioReady *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument, at most 3");
+        return NULL;
+    }
+    Py_CLEAR(self->rec);
+    self->started = 1;
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException");
+    }
+    return NULL;
+}
+
+static PyObject *AioReady_close(AioReady *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->rec);
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *AioReady_await(PyObject *self) { return Py_NewRef(self); }
+
+static PyObject *AioReady_none(PyObject *self, void *closure) {
+    (void)self;
+    (void)closure;
+    Py_RETURN_NONE;
+}
+
+static PyObject *AioReady_false(PyObject *self, void *closure) {
+    (void)self;
+    (void)closure;
+    Py_RETURN_FALSE;
+}
+
+static PyObject *AioReady_name(PyObject *self, void *closure) {
+    (void)self;
+    return PyUnicode_FromString(closure == NULL ? "send" : "AsyncProducer.send");
+}
+
+static PyMethodDef AioReady_methods[] = {
+    {"send", (PyCFunction)AioReady_send, METH_O, "send(None): finishes with the record's future (StopIteration)."},
+    {"throw", (PyCFunction)(void (*)(void))AioReady_throw, METH_FASTCALL, "throw(exc): raises exc."},
+    {"close", (PyCFunction)AioReady_close, METH_NOARGS, "close(): finishes it (no warning when never awaited)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef AioReady_getset[] = {
+    {"cr_await", AioReady_none, NULL, NULL, NULL},
+    {"cr_frame", AioReady_none, NULL, NULL, NULL},
+    {"cr_code", AioReady_none, NULL, NULL, NULL},
+    {"cr_running", AioReady_false, NULL, NULL, NULL},
+    {"__name__", AioReady_name, NULL, NULL, NULL},
+    {"__qualname__", AioReady_name, NULL, NULL, (void *)"q"},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyAsyncMethods AioReady_async = {
+    .am_await = (unaryfunc)AioReady_await,
+#if PY_VERSION_HEX >= 0x030A0000
+    .am_send = (sendfunc)AioReady_am_send,
+#endif
+};
+
+static PyTypeObject AioReadyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioReady",
+    .tp_basicsize = sizeof(AioReady),
+    .tp_dealloc = (destructor)AioReady_dealloc,
+    /* not tracked by the cyclic GC: it refers only to a record future, which is not either */
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What AsyncProducer.send() returns when it staged the record at once: a finished coroutine whose "
+              "await gives the record's future.",
+    .tp_iternext = (iternextfunc)AioReady_next,
+    .tp_methods = AioReady_methods,
+    .tp_getset = AioReady_getset,
+    .tp_as_async = &AioReady_async,
+};
+
+/* AioSendMethod(func): the descriptor AsyncProducer.send (SendMethod's layout and descriptor behaviour) */
+
+static PyObject *AioSendMethod_vectorcall(SendMethod *self, PyObject *const *args, size_t nargsf,
+                                          PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    /* send(self, topic, value=None, key=None, *, partition=None, timestamp_ms=None, headers=None) */
+    if (aio_run_type != NULL && nargs >= 2 && nargs <= 4 && nargs + nkw <= 7) {
+        PyObject *a[6] = {NULL, Py_None, Py_None, Py_None, Py_None, Py_None};
+        for (Py_ssize_t i = 1; i < nargs; i++) a[i - 1] = args[i];
+        for (Py_ssize_t j = 0; j < nkw; j++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, j);
+            int k = -1;
+            for (int n = 0; n < 6 && k < 0; n++)
+                if (aio_send_kwnames[n] == name) k = n;
+            if (k < nargs - 1) goto python; /* unknown (or not interned), or given twice: the Python send() */
+            a[k] = args[nargs + j];
+        }
+        if (a[1] != Py_None && a[2] == Py_None && a[3] == Py_None && a[4] == Py_None && a[5] == Py_None) {
+            PyObject *producer = args[0];
+            PyObject *hot = PyObject_GetAttr(producer, str_aio_hot);
+            if (hot == NULL) return NULL;
+            PyObject *run = PyObject_GetAttr(producer, str_aio_keyless_run);
+            if (run == NULL) {
+                Py_DECREF(hot);
+                return NULL;
+            }
+            PyObject *rec = NULL;
+            if (Py_TYPE(hot) == &AioHotType) {
+                PyObject *sa[4] = {hot, run, a[0], a[1]};
+                rec = aio_stage(NULL, sa, 4);
+            } else {
+                rec = Py_NewRef(Py_None);
+            }
+            Py_DECREF(hot);
+            Py_DECREF(run);
+            if (rec == NULL) return NULL;
+            if (rec != Py_None) {
+                AioReady *ready = PyObject_New(AioReady, &AioReadyType);
+                if (ready == NULL) {
+                    Py_DECREF(rec);
+                    return NULL;
+                }
+                ready->rec = rec;
+                ready->started = 0;
+                return (PyObject *)ready;
+            }
+            Py_DECREF(rec);
+        }
+    }
+python:
+    return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
+}
+
+static int AioSendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
+    PyObject *func;
+    (void)kwds;
+    if (!PyArg_ParseTuple(args, "O:AioSendMethod", &func)) return -1;
+    if (!PyCallable_Check(func)) {
+        PyErr_SetString(PyExc_TypeError, "AioSendMethod(func): func must be callable");
+        return -1;
+    }
+    Py_XSETREF(self->func, Py_NewRef(func));
+    self->vectorcall = (vectorcallfunc)AioSendMethod_vectorcall;
+    return 0;
+}
+
+static PyObject *AioSendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    (void)args;
+    (void)kwds;
+    SendMethod *self = (SendMethod *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = (vectorcallfunc)AioSendMethod_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyTypeObject AioSendMethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.AioSendMethod",
+    .tp_basicsize = sizeof(SendMethod),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AsyncProducer.send: a call that stages its record at once returns a finished coroutine (AioReady); "
+              "others call __func__.",
+    .tp_new = AioSendMethod_new,
+    .tp_init = (initproc)AioSendMethod_init,
+    .tp_dealloc = (destructor)SendMethod_dealloc,
+    .tp_traverse = (traverseproc)SendMethod_traverse,
+    .tp_clear = (inquiry)SendMethod_clear,
+    .tp_descr_get = SendMethod_get,
+    .tp_call = (ternaryfunc)SendMethod_call_func,
+    .tp_vectorcall_offset = offsetof(SendMethod, vectorcall),
+    .tp_dictoffset = offsetof(SendMethod, dict),
+    .tp_members = SendMethod_members,
+    .tp_getset = SendMethod_getset,
+};
+
+static int aiosend_module_init(PyObject *mod) {
+    static const char *names[6] = {"topic", "value", "key", "partition", "timestamp_ms", "headers"};
+    for (int i = 0; i < 6; i++) {
+        aio_send_kwnames[i] = PyUnicode_InternFromString(names[i]);
+        if (aio_send_kwnames[i] == NULL) return -1;
+    }
+    if ((str_aio_hot = PyUnicode_InternFromString("_hot")) == NULL ||
+        (str_aio_keyless_run = PyUnicode_InternFromString("_keyless_run")) == NULL)
+        return -1;
+    if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0) return -1;
+    Py_INCREF(&AioReadyType);
+    if (PyModule_AddObject(mod, "AioReady", (PyObject *)&AioReadyType) < 0) {
+        Py_DECREF(&AioReadyType);
+        return -1;
+    }
+    Py_INCREF(&AioSendMethodType);
+    if (PyModule_AddObject(mod, "AioSendMethod", (PyObject *)&AioSendMethodType) < 0) {
+        Py_DECREF(&AioSendMethodType);
+        return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
@@ -2193,7 +2488,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         Py_DECREF(mod);
         return NULL;
     }
-    if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0) {
+    if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0 || aiosend_module_init(mod) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

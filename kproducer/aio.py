@@ -164,7 +164,7 @@ def _compiled_send(fn: Any) -> Any:
     """``fn`` (the Python ``async def send``) wrapped in the compiled descriptor ``_speedups.AioSendMethod``:
     it keeps fn's name, docstring, signature (``__wrapped__``) and code flags, so that help(),
     inspect.signature, inspect.iscoroutinefunction and asyncio.iscoroutinefunction see fn."""
-    method = functools.update_wrapper(_SendMethod(fn), fn)
+    method: Any = functools.update_wrapper(_SendMethod(fn), fn)
     method.__code__ = fn.__code__
     method.__defaults__ = fn.__defaults__
     method.__kwdefaults__ = fn.__kwdefaults__

@@ -1174,6 +1174,9 @@ if _CFuture is not None:
     _HotState = speedups.AioHot  # type: ignore[union-attr]
     _stage = speedups.aio_stage  # type: ignore[union-attr]
     speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
+    if hasattr(speedups, "aio_nogc"):
+        # RecordFuture's instances are not GC objects (no collection is counted for them; see _speedups.c)
+        speedups.aio_nogc(RecordFuture)  # type: ignore[union-attr]
     if _SendMethod is not None:
         # what the compiled send() returns when it staged the record at once: a finished coroutine, taken as
         # one by asyncio.iscoroutine (create_task, ensure_future, gather, wait_for)

@@ -2421,6 +2421,31 @@ static PyTypeObject AioSendMethodType = {
     .tp_getset = SendMethod_getset,
 };
 
+/* aio_nogc(RecordFuture): make the instances of RecordFuture (a Python subclass of AioFuture with no __dict__
+ * or __weakref__ of its own; since 3.11 every class made by a class statement is a GC type) plain, non-GC
+ * objects, as AioFuture's are. Untracking alone is not enough: the collector counts every allocation of a GC
+ * type (untracked or not) toward its next collection, so 100k futures kept in a list meant ~140 collections,
+ * and a full one walking that list (7-9 ms of loop stall). Safe: a RecordFuture refers only to its run, and
+ * what could lead back to it (a run's watchers, a waiting task) is dropped once the record is settled -- the
+ * reason aio_stage already untracked its futures. Call once, before the first instance is made. */
+static PyObject *aio_nogc(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    if (!PyType_Check(arg) || !PyType_IsSubtype((PyTypeObject *)arg, &AioFutureType)) {
+        PyErr_SetString(PyExc_TypeError, "aio_nogc() takes a subclass of AioFuture");
+        return NULL;
+    }
+    PyTypeObject *tp = (PyTypeObject *)arg;
+    if ((tp->tp_flags & Py_TPFLAGS_HAVE_GC) && (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) && tp->tp_base == &AioFutureType &&
+        tp->tp_basicsize == AioFutureType.tp_basicsize && tp->tp_itemsize == 0 && tp->tp_dictoffset == 0 &&
+        tp->tp_weaklistoffset == 0 && tp->tp_is_gc == NULL && tp->tp_free == PyObject_GC_Del) {
+        tp->tp_flags &= ~Py_TPFLAGS_HAVE_GC;
+        tp->tp_free = PyObject_Free;
+        PyType_Modified(tp);
+        Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
 static int aiosend_module_init(PyObject *mod) {
     static const char *names[6] = {"topic", "value", "key", "partition", "timestamp_ms", "headers"};
     for (int i = 0; i < 6; i++) {
@@ -2445,6 +2470,7 @@ static int aiosend_module_init(PyObject *mod) {
 }
 
 static PyMethodDef methods[] = {
+    {"aio_nogc", aio_nogc, METH_O, "Make RecordFuture's instances non-GC objects (once, at import)."},
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
     {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,

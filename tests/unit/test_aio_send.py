@@ -170,7 +170,8 @@ def test_keywords_and_a_subclass_override_work() -> None:
 
     metas = asyncio.run(main())
     assert Counting.calls == 80 and len({(m.partition, m.offset) for m in metas}) == 80
-    expected: List[Optional[bytes]] = [b"kw%d" % i for i in range(40)] + [b"kw"] * 40
+    expected: List[Optional[bytes]] = [b"kw%d" % i for i in range(40)]
+    expected += [b"kw"] * 40
     assert collections.Counter(stored(transport)) == collections.Counter(expected)
 
 

@@ -16,6 +16,10 @@ implementation of anything that talks to Kafka); what it adds is the bridge to o
 * Blocking calls of the synchronous producer (``flush``, ``close``, the transaction calls,
   ``send_batch``) run in a small thread pool of the producer's own.
 
+With the accelerator, ``AsyncProducer.send`` is a compiled method: a call that the hot path takes stages its
+record in the call and returns a finished coroutine (no coroutine object, nothing the cyclic GC counts);
+other calls run the ``async def send`` below. RecordFuture's instances are not GC objects.
+
 Cancellation (documented in docs/asyncio.md): ``send()`` admits the record as its last step, without
 suspending after it. Cancelling it while it waits (for metadata, buffer space, or its periodic yield to
 the loop) means the record was never admitted and is never sent. Once ``send()`` has returned, the record
@@ -577,7 +581,11 @@ class AsyncProducer:
         Waits (without blocking the loop) for the topic's metadata and for buffer memory, at most
         max.block.ms; the record's future then fails with KafkaTimeoutError / BufferExhaustedError, as
         with the synchronous producer. Cancelling a waiting ``send()`` leaves the record unsent; once
-        ``send()`` returned, the record is sent whatever becomes of the returned future."""
+        ``send()`` returned, the record is sent whatever becomes of the returned future.
+
+        With the accelerator, a record that can be staged at once is staged by the call itself, which then
+        returns a finished coroutine (see docs/asyncio.md): always ``await`` what send() returns (one that
+        is never awaited warns, as a coroutine does, and its record is sent all the same)."""
         if key is None and partition is None and timestamp_ms is None and headers is None and _stage is not None:
             # the hot path below, compiled (_speedups.c aio_stage; None when it does not apply)
             rec = _stage(self._hot, self._keyless_run, topic, value)

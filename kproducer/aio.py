@@ -1185,6 +1185,9 @@ if _CFuture is not None:
     _HotState = speedups.AioHot  # type: ignore[union-attr]
     _stage = speedups.aio_stage  # type: ignore[union-attr]
     speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
+    if hasattr(speedups, "aio_yield_after"):
+        # awaiting done records in a loop yields to the loop once per YIELD_AFTER_S, as send() does
+        speedups.aio_yield_after(YIELD_AFTER_S)  # type: ignore[union-attr]
     if hasattr(speedups, "aio_nogc"):
         # RecordFuture's instances are not GC objects (no collection is counted for them; see _speedups.c)
         speedups.aio_nogc(RecordFuture)  # type: ignore[union-attr]

@@ -1965,9 +1965,14 @@ static PyObject *aio_fast_meta(AioFuture *self) {
     return meta;
 }
 
+static PyObject *aio_await_yield(PyObject *meta); /* (the aiosend section below) */
+
 static PyObject *AioFuture_await(PyObject *op) {
     PyObject *meta = aio_fast_meta((AioFuture *)op);
     if (meta != NULL) {
+        PyObject *y = aio_await_yield(meta);
+        if (y != Py_None) return y; /* (a new iterator that yields once first, or NULL on error) */
+        Py_DECREF(y);
         AioDone *it = PyObject_New(AioDone, &AioDoneType);
         if (it == NULL) {
             Py_DECREF(meta);
@@ -2244,13 +2249,11 @@ static PyObject *AioReady_send(AioReady *self, PyObject *arg) {
 
 /* throw(exc) / throw(type[, value[, tb]]): as a just-started coroutine's, raises the exception (the coroutine
  * is finished then; the record stays staged) */
-static PyObject *AioReady_throw(AioReady *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *aio_throw_args(PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 3) {
         PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument, at most 3");
         return NULL;
     }
-    Py_CLEAR(self->rec);
-    self->started = 1;
     PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
     if (PyExceptionInstance_Check(typ)) {
         PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
@@ -2260,6 +2263,12 @@ static PyObject *AioReady_throw(AioReady *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException");
     }
     return NULL;
+}
+
+static PyObject *AioReady_throw(AioReady *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_CLEAR(self->rec);
+    self->started = 1;
+    return aio_throw_args(args, nargs);
 }
 
 static PyObject *AioReady_close(AioReady *self, PyObject *unused) {
@@ -2446,6 +2455,135 @@ static PyObject *aio_nogc(PyObject *mod, PyObject *arg) {
     Py_RETURN_FALSE;
 }
 
+/* Awaiting done records in a loop (``for f in futs: await f``) never suspends, so a task awaiting 100k of them,
+ * done meanwhile, would hold the loop for tens of ms. Every 32nd compiled await reads the monotonic clock; when
+ * the task ran for aio_yield_s since it last yielded (or since it came back to the loop: a gap longer than that
+ * between two checks means it was suspended), that await yields to the loop once (a bare yield, as
+ * asyncio.sleep(0)) before it gives the metadata. Set from aio.YIELD_AFTER_S by aio_yield_after(). */
+static double aio_yield_s = 0.001, aio_yield_deadline, aio_yield_last;
+static unsigned aio_await_n;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *value; /* the metadata, given on the second step */
+    int yielded;
+} AioYield;
+
+static void AioYield_dealloc(AioYield *self) {
+    Py_XDECREF(self->value);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *AioYield_next(AioYield *self) {
+    if (!self->yielded) {
+        self->yielded = 1;
+        Py_RETURN_NONE; /* (the bare yield: the task goes round the loop once) */
+    }
+    PyObject *v = self->value;
+    if (v == NULL) return NULL;
+    self->value = NULL;
+    return aio_ready_stop(v);
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+static PySendResult AioYield_am_send(AioYield *self, PyObject *arg, PyObject **result) {
+    (void)arg;
+    if (!self->yielded) {
+        self->yielded = 1;
+        *result = Py_NewRef(Py_None);
+        return PYGEN_NEXT;
+    }
+    if (self->value == NULL) {
+        *result = Py_NewRef(Py_None);
+        return PYGEN_RETURN;
+    }
+    *result = self->value;
+    self->value = NULL;
+    return PYGEN_RETURN;
+}
+#endif
+
+static PyObject *AioYield_send(AioYield *self, PyObject *arg) {
+    (void)arg;
+    return AioYield_next(self);
+}
+
+static PyObject *AioYield_throw(AioYield *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_CLEAR(self->value);
+    self->yielded = 1;
+    return aio_throw_args(args, nargs);
+}
+
+static PyObject *AioYield_close(AioYield *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->value);
+    self->yielded = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef AioYield_methods[] = {
+    {"send", (PyCFunction)AioYield_send, METH_O, "send(value): yields once, then finishes with the result."},
+    {"throw", (PyCFunction)(void (*)(void))AioYield_throw, METH_FASTCALL, "throw(exc): raises exc."},
+    {"close", (PyCFunction)AioYield_close, METH_NOARGS, "close()."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods AioYield_async = {
+#if PY_VERSION_HEX >= 0x030A0000
+    .am_send = (sendfunc)AioYield_am_send,
+#endif
+};
+
+static PyTypeObject AioYieldType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kproducer.protocol._speedups.AioYield",
+    .tp_basicsize = sizeof(AioYield),
+    .tp_dealloc = (destructor)AioYield_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The await of a done record that yields to the loop once first.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)AioYield_next,
+    .tp_methods = AioYield_methods,
+    .tp_as_async = &AioYield_async,
+};
+
+/* Py_None (a new reference): no yield due, the caller gives meta at once; else a new AioYield owning meta (or
+ * NULL on error, meta released). */
+static PyObject *aio_await_yield(PyObject *meta) {
+    if ((++aio_await_n & 31) != 0) Py_RETURN_NONE;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) Py_RETURN_NONE;
+    double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, last = aio_yield_last;
+    aio_yield_last = now;
+    if (now - last > aio_yield_s) { /* (suspended since the last check: a fresh step) */
+        aio_yield_deadline = now + aio_yield_s;
+        Py_RETURN_NONE;
+    }
+    if (now < aio_yield_deadline) Py_RETURN_NONE;
+    aio_yield_deadline = now + aio_yield_s;
+    AioYield *it = PyObject_New(AioYield, &AioYieldType);
+    if (it == NULL) {
+        Py_DECREF(meta);
+        return NULL;
+    }
+    it->value = meta;
+    it->yielded = 0;
+    return (PyObject *)it;
+}
+
+/* aio_yield_after(seconds): how long awaiting done records may run before one of them yields (aio.YIELD_AFTER_S) */
+static PyObject *aio_yield_after(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    double v = PyFloat_AsDouble(arg);
+    if (v == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(v > 0)) {
+        PyErr_SetString(PyExc_ValueError, "aio_yield_after(seconds): seconds must be > 0");
+        return NULL;
+    }
+    aio_yield_s = v;
+    Py_RETURN_NONE;
+}
+
 static int aiosend_module_init(PyObject *mod) {
     static const char *names[6] = {"topic", "value", "key", "partition", "timestamp_ms", "headers"};
     for (int i = 0; i < 6; i++) {
@@ -2455,7 +2593,8 @@ static int aiosend_module_init(PyObject *mod) {
     if ((str_aio_hot = PyUnicode_InternFromString("_hot")) == NULL ||
         (str_aio_keyless_run = PyUnicode_InternFromString("_keyless_run")) == NULL)
         return -1;
-    if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0) return -1;
+    if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0 || PyType_Ready(&AioYieldType) < 0)
+        return -1;
     Py_INCREF(&AioReadyType);
     if (PyModule_AddObject(mod, "AioReady", (PyObject *)&AioReadyType) < 0) {
         Py_DECREF(&AioReadyType);
@@ -2471,6 +2610,7 @@ static int aiosend_module_init(PyObject *mod) {
 
 static PyMethodDef methods[] = {
     {"aio_nogc", aio_nogc, METH_O, "Make RecordFuture's instances non-GC objects (once, at import)."},
+    {"aio_yield_after", aio_yield_after, METH_O, "How long awaiting done records may run before one yields."},
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
     {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,

@@ -267,3 +267,34 @@ def test_a_task_sending_in_a_tight_loop_lets_another_task_run() -> None:
         assert len(await asyncio.gather(*futs)) == n
 
     run(body)
+
+
+@compiled
+def test_awaiting_many_done_records_lets_another_task_run() -> None:
+    """``for f in futs: await f`` over records that are all done never has to suspend; the compiled await
+    yields to the loop once (a bare yield) when that has run for YIELD_AFTER_S, so another task gets turns.
+    (Time-based, but only as a lower bound: a slower machine makes more yields, not fewer.)"""
+    n = 16 * STAGE_MAX * 4
+
+    async def body(p: AsyncProducer, transport: kt.ScriptedTransport) -> None:
+        futs = [await p.send(TOPIC, b"v") for _ in range(n)]
+        await p.flush()
+        assert all(f.done() for f in futs)
+        turns = [0]
+
+        async def other() -> None:
+            while True:
+                turns[0] += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        start = turns[0]
+        metas = []
+        for f in futs:
+            metas.append(await f)
+        assert turns[0] - start >= 1
+        task.cancel()
+        assert [m.offset for m in metas] == [f.result().offset for f in futs]
+
+    run(body, batch_size=1 << 20)

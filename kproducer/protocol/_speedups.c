@@ -2356,12 +2356,13 @@ static PyObject *AioSendMethod_vectorcall(SendMethod *self, PyObject *const *arg
         }
         if (a[1] != Py_None && a[2] == Py_None && a[3] == Py_None && a[4] == Py_None && a[5] == Py_None) {
             PyObject *producer = args[0];
-            PyObject *hot = PyObject_GetAttr(producer, str_aio_hot);
-            if (hot == NULL) return NULL;
-            PyObject *run = PyObject_GetAttr(producer, str_aio_keyless_run);
+            PyObject *hot = PyObject_GetAttr(producer, str_aio_hot), *run = NULL;
+            if (hot != NULL) run = PyObject_GetAttr(producer, str_aio_keyless_run);
             if (run == NULL) {
-                Py_DECREF(hot);
-                return NULL;
+                Py_XDECREF(hot);
+                if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+                PyErr_Clear(); /* (not made by AsyncProducer.__init__: the Python send() says what is wrong) */
+                goto python;
             }
             PyObject *rec = NULL;
             if (Py_TYPE(hot) == &AioHotType) {

@@ -17,29 +17,19 @@ from kproducer.errors import BufferExhaustedError, ProducerClosedError
 from kproducer.producer import partitioner as partitioner_mod
 from kproducer.producer.admission import RECORD_OVERHEAD
 from kproducer.producer.partitioner import StickyPartitioner
-from kproducer.protocol import messages as m
 from kproducer.protocol.accel import speedups
-from kproducer.protocol.records import RecordBatchBuilder, _RecordsBufferPy, read_batches
-from tests.unit.producer_env import ProducerEnv
+from kproducer.protocol.records import RecordBatchBuilder, _RecordsBufferPy
+from tests.unit.producer_env import ProducerEnv, producer_env
+from tests.unit.test_fast_send import Env, _raw_batches, _records
 
 TS = 1_700_000_000_000
-TopicPartition = Tuple[str, int]
-
-compiled = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
-
-
-class Env(ProducerEnv):
-    def __init__(self) -> None:
-        super().__init__({"t": [1] * 6})
-
 
 @pytest.fixture
-def env() -> Iterator[Env]:
-    env = Env()
-    try:
-        yield env
-    finally:
-        env.close()
+def env() -> Iterator[ProducerEnv]:
+    yield from producer_env(Env())
+
+
+compiled = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
 
 
 def _values(n: int, seed: int, lengths: Sequence[int] = (0, 1, 37, 100, 900, 5000)) -> List[Optional[bytes]]:
@@ -130,25 +120,7 @@ def test_compiled_extend_writes_the_python_bytes(indices: Sequence[int]) -> None
 # -- _flush_staged against the synchronous send() --------------------------------------------------------
 
 
-def _raw_batches(env: Env) -> Dict[TopicPartition, List[bytes]]:
-    out: Dict[TopicPartition, List[bytes]] = {}
-    for req in env.selector.sent(m.PRODUCE):
-        for t in req.body["topic_data"]:
-            for part in t["partition_data"]:
-                out.setdefault((t["name"], part["index"]), []).append(bytes(part["records"]))
-    return out
-
-
-def _records(wire: Dict[TopicPartition, List[bytes]]) -> Dict[TopicPartition, List[Any]]:
-    out: Dict[TopicPartition, List[Any]] = {}
-    for tp, raw in wire.items():
-        for batch in (b for r in raw for b in read_batches(r)):
-            out.setdefault(tp, []).extend((batch.base_timestamp + r.timestamp_delta, r.key, r.value)
-                                          for r in batch.records)
-    return out
-
-
-def _producer(env: Env, **settings: Any) -> Producer:
+def _producer(env: ProducerEnv, **settings: Any) -> Producer:
     settings.setdefault("linger_ms", 60000)  # only full batches go out before flush(): batch bounds by content
     p = env.producer(**settings)
     p._admission.sticky._rng = random.Random(7)
@@ -161,14 +133,14 @@ def _workload(keyed: bool, lengths: Sequence[int]) -> List[Tuple[Optional[bytes]
     return [(b"key-%d" % (i % 13) if keyed and i % 2 else None, v) for i, v in enumerate(values)]
 
 
-def _sync_run(env: Env, records: List[Tuple[Optional[bytes], Optional[bytes]]], **settings: Any) -> Any:
+def _sync_run(env: ProducerEnv, records: List[Tuple[Optional[bytes], Optional[bytes]]], **settings: Any) -> Any:
     p = _producer(env, **settings)
     futures = [p.send("t", v, k, timestamp_ms=TS + i // 700) for i, (k, v) in enumerate(records)]
     p.flush(30)
     return [(f.get(5).partition, f.get(5).offset) for f in futures], p._admission.sticky.state
 
 
-def _aio_run(env: Env, records: List[Tuple[Optional[bytes], Optional[bytes]]], **settings: Any) -> Any:
+def _aio_run(env: ProducerEnv, records: List[Tuple[Optional[bytes], Optional[bytes]]], **settings: Any) -> Any:
     p = _producer(env, **settings)
     flushes = []
 
@@ -249,7 +221,7 @@ async def _outcomes(futs: List[RecordFuture]) -> List[Any]:
     return out
 
 
-def test_staged_records_of_a_closed_producer_fail_with_producer_closed_error(env: Env) -> None:
+def test_staged_records_of_a_closed_producer_fail_with_producer_closed_error(env: ProducerEnv) -> None:
     p = _producer(env, linger_ms=0)
 
     async def main() -> List[Any]:
@@ -264,7 +236,7 @@ def test_staged_records_of_a_closed_producer_fail_with_producer_closed_error(env
     assert all(isinstance(o, ProducerClosedError) for o in outcomes)
 
 
-def test_memory_that_runs_out_mid_append_fails_the_rest_and_loses_nothing(env: Env,
+def test_memory_that_runs_out_mid_append_fails_the_rest_and_loses_nothing(env: ProducerEnv,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool refuses the third batch: the records in the first two are sent, every other one fails with
     the pool's error; a run staged after it is appended again once memory is back."""

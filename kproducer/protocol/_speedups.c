@@ -59,12 +59,18 @@ static inline char *put_varint(char *p, uint64_t v) {
 /* A key/value argument: bytes-like or None. */
 typedef struct {
     Py_buffer view;
-    int present;
+    int present; /* 0: None; 1: a buffer acquired (released by release_blob); 2: a bytes object's own storage */
 } blob;
 
 static int get_blob(PyObject *obj, blob *b, const char *what) {
     b->present = 0;
     if (obj == Py_None) return 0;
+    if (PyBytes_CheckExact(obj)) { /* (immutable, and the caller holds it while the record is encoded) */
+        b->view.buf = PyBytes_AS_STRING(obj);
+        b->view.len = PyBytes_GET_SIZE(obj);
+        b->present = 2;
+        return 0;
+    }
     if (PyObject_GetBuffer(obj, &b->view, PyBUF_SIMPLE) < 0) {
         PyErr_Format(PyExc_TypeError, "%s must be bytes or None, got %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
@@ -74,7 +80,7 @@ static int get_blob(PyObject *obj, blob *b, const char *what) {
 }
 
 static void release_blob(blob *b) {
-    if (b->present) PyBuffer_Release(&b->view);
+    if (b->present == 1) PyBuffer_Release(&b->view);
 }
 
 #define MAX_FAST_HEADERS 32

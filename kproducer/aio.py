@@ -801,15 +801,10 @@ class AsyncProducer:
             try:
                 if part is True:
                     # keyless: batch-sized runs of partitions, as the synchronous send()'s sticky choice
-                    try:
-                        sizes: List[int] = [_RECORD_OVERHEAD + len(v) for v in values]  # type: ignore[arg-type]
-                    except TypeError:  # (None values)
-                        sizes = [_RECORD_OVERHEAD + (0 if v is None else len(v)) for v in values]
-                    if ks is not None:
-                        sizes = [sz + (0 if k is None else len(k)) for sz, k in zip(sizes, ks)]
                     cluster = self._metadata.cluster
                     count = cluster.partition_counts.get(topic) or 1
-                    for pt, a, b in self._adm.sticky.runs(topic, sizes, cluster.available.get(topic, ()), count):
+                    for pt, a, b in self._adm.sticky.record_runs(topic, ks, values, _RECORD_OVERHEAD,
+                                                                 cluster.available.get(topic, ()), count):
                         if acc.append_many(topic, pt, ts, ks, values, None, range(a, b), max_block, now, segments):
                             wake = True
                 elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):

@@ -326,11 +326,12 @@ class RecordAdmission:
         if keys is None or self.ignore_keys:
             # keyless: consecutive runs of about batch.size bytes per partition (uniform sticky)
             if keys is None and headers is None:
-                sizes: Sequence[int] = [RECORD_OVERHEAD + (len(v) if v is not None else 0) for v in values]
+                runs = sticky.record_runs(topic, None, values, RECORD_OVERHEAD, available, num_partitions)
             else:
-                sizes = [record_size(keys[i] if keys is not None else None, values[i],
-                                     headers[i] if headers is not None else None) for i in range(n)]
-            return [(p, range(a, b)) for p, a, b in sticky.runs(topic, sizes, available, num_partitions)]
+                runs = sticky.runs(topic, [record_size(keys[i] if keys is not None else None, values[i],
+                                                       headers[i] if headers is not None else None)
+                                           for i in range(n)], available, num_partitions)
+            return [(p, range(a, b)) for p, a, b in runs]
         cache = self.hash_cache
         for i, k in enumerate(keys):
             if k is not None:

@@ -6,6 +6,7 @@ import bisect
 import itertools
 import random
 import struct
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..protocol.accel import speedups
@@ -45,6 +46,8 @@ def _murmur2_py(data: bytes) -> int:
 
 
 murmur2: Callable[[bytes], int] = speedups.murmur2 if speedups is not None else _murmur2_py
+#: sticky_cut(values, keys, overhead, start, budget) -> (stop, used): StickyPartitioner._runs' cut over records
+_sticky_cut: Optional[Callable[..., Tuple[int, int]]] = getattr(speedups, "sticky_cut", None)
 
 
 def to_positive(n: int) -> int:
@@ -108,19 +111,44 @@ class StickyPartitioner:
     def runs_cumulative(self, topic: str, cum: Sequence[int], available: Sequence[int],
                         num_partitions: int) -> List[Tuple[int, int, int]]:
         """:meth:`runs` given the running totals of the sizes (``cum[i]`` = bytes of records 0..i)."""
-        out: List[Tuple[int, int, int]] = []
         n = len(cum)
+
+        def cut(start: int, budget: int) -> Tuple[int, int]:
+            base = cum[start - 1] if start else 0
+            stop = bisect.bisect_left(cum, base + budget, start) + 1
+            return (n, cum[-1] - base) if stop > n else (stop, cum[stop - 1] - base)
+
+        return self._runs(topic, n, cut, available, num_partitions)
+
+    def record_runs(self, topic: str, keys: Optional[Sequence[Optional[bytes]]], values: Sequence[Optional[bytes]],
+                    overhead: int, available: Sequence[int], num_partitions: int) -> List[Tuple[int, int, int]]:
+        """:meth:`runs` of records of bytes (or None) ``keys`` (None: no keys) and ``values``, each of
+        ``overhead + len(key) + len(value)`` bytes; with the accelerator the sizes are summed in compiled code
+        (``sticky_cut``), never listed."""
+        if _sticky_cut is None:
+            sizes = [overhead + (0 if v is None else len(v)) for v in values]
+            if keys is not None:
+                sizes = [sz + (0 if k is None else len(k)) for sz, k in zip(sizes, keys)]
+            return self.runs(topic, sizes, available, num_partitions)
+        cut: Callable[[int, int], Tuple[int, int]] = partial(_sticky_cut, values, keys, overhead)
+        return self._runs(topic, len(values), cut, available, num_partitions)
+
+    def _runs(self, topic: str, n: int, cut: Callable[[int, int], Tuple[int, int]], available: Sequence[int],
+              num_partitions: int) -> List[Tuple[int, int, int]]:
+        """The one sticky walk over ``n`` records: ``cut(start, budget)`` is ``(stop, used)``, the records from
+        ``start`` up to and including the one whose bytes reach ``budget`` (the record that reaches the limit
+        still goes to this partition, as in :meth:`record_appended`) and their bytes; ``(n, bytes)`` with
+        ``bytes < budget`` when the rest stays below it."""
+        out: List[Tuple[int, int, int]] = []
         start = 0
         while start < n:
             st = self.current(topic, available, num_partitions)
-            base = cum[start - 1] if start else 0
-            # the record that reaches the limit still goes to this partition, as in record_appended
-            stop = bisect.bisect_left(cum, base + st[2] - st[1], start) + 1
-            if stop > n:
-                st[1] += cum[-1] - base
-                out.append((st[0], start, n))
-                break
+            budget = st[2] - st[1]
+            stop, used = cut(start, budget)
             out.append((st[0], start, stop))
+            if used < budget:
+                st[1] += used
+                break
             st[0] = self._next(available, num_partitions, st[0])
             st[1] = 0
             st[2] = self.limit(topic)

@@ -59,12 +59,18 @@ static inline char *put_varint(char *p, uint64_t v) {
 /* A key/value argument: bytes-like or None. */
 typedef struct {
     Py_buffer view;
-    int present;
+    int present; /* 0: None; 1: a buffer acquired (released by release_blob); 2: a bytes object's own storage */
 } blob;
 
 static int get_blob(PyObject *obj, blob *b, const char *what) {
     b->present = 0;
     if (obj == Py_None) return 0;
+    if (PyBytes_CheckExact(obj)) { /* (immutable, and the caller holds it while the record is encoded) */
+        b->view.buf = PyBytes_AS_STRING(obj);
+        b->view.len = PyBytes_GET_SIZE(obj);
+        b->present = 2;
+        return 0;
+    }
     if (PyObject_GetBuffer(obj, &b->view, PyBUF_SIMPLE) < 0) {
         PyErr_Format(PyExc_TypeError, "%s must be bytes or None, got %.100s", what, Py_TYPE(obj)->tp_name);
         return -1;
@@ -74,7 +80,7 @@ static int get_blob(PyObject *obj, blob *b, const char *what) {
 }
 
 static void release_blob(blob *b) {
-    if (b->present) PyBuffer_Release(&b->view);
+    if (b->present == 1) PyBuffer_Release(&b->view);
 }
 
 #define MAX_FAST_HEADERS 32
@@ -364,6 +370,25 @@ static PyObject *RecordsBuffer_try_append(RecordsBuffer *self, PyObject *const *
     return PyLong_FromLongLong(r ? count : -1);
 }
 
+/* seq[i], new reference: a list's item directly (in range, i >= 0), else through the sequence protocol */
+static inline PyObject *list_item(PyObject *seq, Py_ssize_t i) {
+    if (PyList_CheckExact(seq) && i >= 0 && i < PyList_GET_SIZE(seq)) return Py_NewRef(PyList_GET_ITEM(seq, i));
+    return PySequence_GetItem(seq, i);
+}
+
+/* a range's start and step */
+static int range_start_step(PyObject *range, Py_ssize_t *start, Py_ssize_t *step) {
+    PyObject *a = PyObject_GetAttrString(range, "start");
+    PyObject *b = a == NULL ? NULL : PyObject_GetAttrString(range, "step");
+    if (b != NULL) {
+        *start = PyLong_AsSsize_t(a);
+        *step = PyLong_AsSsize_t(b);
+    }
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return b == NULL || PyErr_Occurred() ? -1 : 0;
+}
+
 /*
  * extend(timestamp_ms, keys, values, headers, indices, pos) -> next pos
  * Appends records indices[pos], indices[pos+1], ... (positions in keys/values/headers; keys and headers
@@ -383,15 +408,23 @@ static PyObject *RecordsBuffer_extend(RecordsBuffer *self, PyObject *const *args
     if (pos == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t total = PySequence_Size(indices);
     if (total < 0) return NULL;
+    /* a range of indices is read as start + pos * step, lists by index: no object made per record */
+    Py_ssize_t rstart = 0, rstep = 0;
+    if (PyRange_Check(indices) && range_start_step(indices, &rstart, &rstep) < 0) return NULL;
     while (pos < total) {
-        PyObject *io = PySequence_GetItem(indices, pos);
-        if (io == NULL) return NULL;
-        Py_ssize_t i = PyLong_AsSsize_t(io);
-        Py_DECREF(io);
-        if (i == -1 && PyErr_Occurred()) return NULL;
-        PyObject *value = PySequence_GetItem(values, i);
-        PyObject *key = keys == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(keys, i);
-        PyObject *hdrs = headers == Py_None ? Py_NewRef(Py_None) : PySequence_GetItem(headers, i);
+        Py_ssize_t i;
+        if (rstep != 0) {
+            i = rstart + pos * rstep;
+        } else {
+            PyObject *io = PySequence_GetItem(indices, pos);
+            if (io == NULL) return NULL;
+            i = PyLong_AsSsize_t(io);
+            Py_DECREF(io);
+            if (i == -1 && PyErr_Occurred()) return NULL;
+        }
+        PyObject *value = list_item(values, i);
+        PyObject *key = keys == Py_None ? Py_NewRef(Py_None) : list_item(keys, i);
+        PyObject *hdrs = headers == Py_None ? Py_NewRef(Py_None) : list_item(headers, i);
         int r = (value == NULL || key == NULL || hdrs == NULL) ? -1 : append_one(self, args[0], ts, key, value, hdrs);
         Py_XDECREF(value);
         Py_XDECREF(key);
@@ -827,15 +860,7 @@ typedef struct {
 static int get_indices(PyObject *obj, row_indices *r) {
     memset(r, 0, sizeof(*r));
     if (PyRange_Check(obj)) {
-        PyObject *start = PyObject_GetAttrString(obj, "start");
-        PyObject *step = PyObject_GetAttrString(obj, "step");
-        if (start != NULL && step != NULL) {
-            r->start = PyLong_AsSsize_t(start);
-            r->step = PyLong_AsSsize_t(step);
-        }
-        Py_XDECREF(start);
-        Py_XDECREF(step);
-        if (start == NULL || step == NULL || PyErr_Occurred()) return -1;
+        if (range_start_step(obj, &r->start, &r->step) < 0) return -1;
         r->total = PyObject_Size(obj);
         return r->total < 0 ? -1 : 0;
     }
@@ -2609,9 +2634,74 @@ static int aiosend_module_init(PyObject *mod) {
     return 0;
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Keyless bulk appends (AsyncProducer._flush_staged, send_batch): the sticky partitioner's cut over records,
+ * summed here instead of listing their sizes (partitioner.StickyPartitioner.record_runs / _runs).
+ */
+
+static inline int cut_len(PyObject *o, Py_ssize_t *out) {
+    if (PyBytes_CheckExact(o)) {
+        *out = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (o == Py_None) {
+        *out = 0;
+        return 0;
+    }
+    *out = PyObject_Size(o);
+    return *out < 0 ? -1 : 0;
+}
+
+/* sticky_cut(values, keys, overhead, start, budget) -> (stop, used): records start, start+1, ... each of
+ * overhead + len(key) + len(value) bytes (None: 0; keys None: no keys), up to and including the first whose
+ * running total reaches budget: (its index + 1, the total); (len(values), total) when the total stays below. */
+static PyObject *sticky_cut(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    (void)mod;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "sticky_cut(values, keys, overhead, start, budget)");
+        return NULL;
+    }
+    Py_ssize_t overhead = PyLong_AsSsize_t(args[2]), start = PyLong_AsSsize_t(args[3]);
+    long long budget = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *values = PySequence_Fast(args[0], "sticky_cut(): values must be a sequence");
+    if (values == NULL) return NULL;
+    PyObject *keys = NULL;
+    if (args[1] != Py_None && (keys = PySequence_Fast(args[1], "sticky_cut(): keys must be a sequence")) == NULL) {
+        Py_DECREF(values);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+    if (keys != NULL && PySequence_Fast_GET_SIZE(keys) < n) {
+        PyErr_SetString(PyExc_ValueError, "sticky_cut(): fewer keys than values");
+        goto fail;
+    }
+    if (start < 0) start = 0;
+    PyObject **vs = PySequence_Fast_ITEMS(values), **ks = keys != NULL ? PySequence_Fast_ITEMS(keys) : NULL;
+    long long used = 0;
+    Py_ssize_t i = start;
+    while (i < n) {
+        Py_ssize_t vl, kl = 0;
+        if (cut_len(vs[i], &vl) < 0 || (ks != NULL && cut_len(ks[i], &kl) < 0)) goto fail;
+        used += overhead + vl + kl;
+        i++;
+        if (used >= budget) break;
+    }
+    Py_DECREF(values);
+    Py_XDECREF(keys);
+    return Py_BuildValue("(nL)", i, used);
+fail:
+    Py_DECREF(values);
+    Py_XDECREF(keys);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"aio_nogc", aio_nogc, METH_O, "Make RecordFuture's instances non-GC objects (once, at import)."},
     {"aio_yield_after", aio_yield_after, METH_O, "How long awaiting done records may run before one yields."},
+    {"sticky_cut", (PyCFunction)(void (*)(void))sticky_cut, METH_FASTCALL,
+     "The sticky partitioner's cut: (stop, bytes) of the records from start until their bytes reach budget."},
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
     {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,

@@ -65,7 +65,10 @@ def encode_request(
     p.write_nullable_string(out, client_id)  # the client id stays a non-compact string in header v2
     if api.request_header_version(version) >= 2:
         p.write_tagged_fields(out, [])
-    return bytes(out) + api.encode_request(version, body)
+    parts = api.encode_request_parts(version, body)
+    if len(parts) == 1:
+        return bytes(out) + parts[0]
+    return b"".join([out, *parts])  # one copy of the records (a Produce request's batches)
 
 
 def decode_request_header(data: bytes) -> Tuple[RequestHeader, Optional[Api], int]:

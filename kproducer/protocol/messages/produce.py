@@ -79,12 +79,15 @@ class ProduceApi(Api):
         self._fast_cache: Dict[Any, Any] = {}
 
     def encode_request(self, version: int, body: Dict[str, Any]) -> bytes:
+        return b"".join(self.encode_request_parts(version, body))
+
+    def encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         if not 3 <= version <= 11:
-            return super().encode_request(version, body)
+            return [super().encode_request(version, body)]
         try:
-            return b"".join(self._encode_request_parts(version, body))
+            return self._encode_request_parts(version, body)
         except _Fallback:
-            return super().encode_request(version, _join_record_parts(body))
+            return [super().encode_request(version, _join_record_parts(body))]
 
     def _encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         """The request body as a list of byte strings (the records as given: bytes or memoryviews of the

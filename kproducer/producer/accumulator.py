@@ -537,12 +537,22 @@ class RecordAccumulator:
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """Forget a completed batch, drop its record bytes and give its memory back."""
+        self.deallocate_batches((batch,))
+
+    def deallocate_batches(self, batches: Sequence[ProducerBatch]) -> None:
+        """:meth:`deallocate` of several batches (those of one produce response), taking each lock once."""
         with self._incomplete_lock:
-            self._incomplete.discard(batch)
-        buf = batch.release()
-        reserved, extra = batch.memory_to_release()
-        self.free.deallocate(reserved, buf)
-        self.free.deallocate(extra)
+            discard = self._incomplete.discard
+            for b in batches:
+                discard(b)
+        returns: List[Tuple[int, Optional[bytearray]]] = []
+        for b in batches:
+            buf = b.release()
+            reserved, extra = b.memory_to_release()
+            returns.append((reserved, buf))
+            if extra:
+                returns.append((extra, None))
+        self.free.deallocate_many(returns)
 
     def incomplete_batches(self) -> List[ProducerBatch]:
         with self._incomplete_lock:

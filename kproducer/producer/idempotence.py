@@ -193,11 +193,15 @@ class IdempotenceState:
         st = self._partitions.get(batch.tp)
         if st is None or not self.is_current(batch):
             return
-        if batch in st.in_flight:
-            st.in_flight.remove(batch)
+        in_flight = st.in_flight
+        if in_flight and in_flight[0] is batch:  # the usual case: acknowledged in sequence order
+            del in_flight[0]
+        elif batch in in_flight:
+            in_flight.remove(batch)
         if batch.has_sequence():
-            if batch.last_sequence > st.last_acked_sequence or st.last_acked_sequence < 0:
-                st.last_acked_sequence = batch.last_sequence
+            last = batch.last_sequence
+            if last > st.last_acked_sequence or st.last_acked_sequence < 0:
+                st.last_acked_sequence = last
         if base_offset >= 0:
             st.last_acked_offset = max(st.last_acked_offset, base_offset + batch.record_count - 1)
 

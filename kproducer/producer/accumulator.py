@@ -368,7 +368,8 @@ class RecordAccumulator:
                 if dq and tp not in self._muted:
                     first = dq[0]
                     if not first.is_backing_off(now_ms):
-                        if ready and size + first.estimated_size() > max_size:
+                        first_size = first.estimated_size()
+                        if ready and size + first_size > max_size:
                             # a single batch larger than the request size is still sent, alone.
                             # The next drain starts at this partition, so that it is not starved.
                             idx = (idx - 1) % n
@@ -380,7 +381,7 @@ class RecordAccumulator:
                             first.close_for_appends()
                             first.in_flight = True
                             first.drained_ms = now_ms
-                            size += first.estimated_size()
+                            size += first_size
                             ready.append(first)
                 if idx == start:
                     break

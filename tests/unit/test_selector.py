@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from kproducer.network.selector import FrameError, FrameReader, Selector
+from kproducer.network.selector import FrameError, FrameReader, Selector, _frame, _unwritten
 
 
 def frame(payload: bytes) -> bytes:
@@ -205,6 +205,39 @@ def test_large_frames_both_ways(sel: Selector, server: Server) -> None:
     server.conn.sendall(frame(big))
     res.until(sel, lambda: len(res.receives) == 1, timeout=10)
     assert res.receives[0][1] == big
+
+
+def test_frames_in_parts_are_written_in_order_without_joining(sel: Selector, server: Server) -> None:
+    """A frame given as buffers (a Produce request's header and batch views) arrives as their concatenation,
+    behind one size prefix, also when the socket takes it in several partial sendmsg writes."""
+    res = connected(sel, server)
+    sel._channels[1].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # partial writes
+    store = bytearray(bytes(range(256)) * 1000)
+    parts: List[object] = [b"head", memoryview(store)[10:200_000], bytearray(b"mid"), memoryview(b""),
+                           memoryview(store)[200_000:], b"tail"]
+    expected = b"".join(bytes(p) for p in parts)  # type: ignore[call-overload]
+    sel.send(1, parts)  # type: ignore[arg-type]
+    sel.send(1, [b"a", b"b"])
+    sel.send(1, b"plain")
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.extend(server.recv_frame() for _ in range(3)), daemon=True)
+    reader.start()
+    res.until(sel, lambda: res.sends == [1, 1, 1], timeout=10)
+    reader.join(10)
+    assert got == [expected, b"ab", b"plain"]
+
+
+def test_what_is_left_of_a_frame_in_parts_after_a_partial_write() -> None:
+    data = b"0123456789"
+    views = [memoryview(data[:3]), memoryview(data[3:4]), memoryview(data[4:])]
+    for n in range(len(data) + 1):
+        rest = _unwritten(list(views), n)
+        assert b"".join(bytes(v) for v in rest) == data[n:]
+        assert all(v.nbytes for v in rest)  # no empty view left at the front
+    frame_views = _frame([b"ab", memoryview(b"cde")], tls=False)
+    assert isinstance(frame_views, list) and b"".join(bytes(v) for v in frame_views) == frame(b"abcde")
+    joined = _frame([b"ab", memoryview(b"cde")], tls=True)  # TLS sockets have no sendmsg: one buffer
+    assert isinstance(joined, memoryview) and bytes(joined) == frame(b"abcde")
 
 
 @pytest.mark.parametrize("size", [-1, -2147483648, 1024 * 1024 + 1, 2147483647])

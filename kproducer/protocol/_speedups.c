@@ -606,12 +606,94 @@ static uint32_t crc_soft(uint32_t crc, const unsigned char *p, size_t n) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
 #define HAVE_HW_CRC 1
+
+/* The CRC instruction has a latency of 3 cycles and a throughput of 1: three independent streams over
+   consecutive thirds of a block keep it busy (about 3x one stream: a 16 KiB batch in ~0.6 us), and are
+   combined by "appending zeros" to the first two, a linear map on the 32-bit CRC applied from tables
+   (one set per block length; the GF(2) method of zlib's crc32_combine). */
+#define CRC_LONG 2048
+#define CRC_SHORT 256
+static uint32_t crc_zeros_long[4][256], crc_zeros_short[4][256];
+
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1) sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int n = 0; n < 32; n++) square[n] = gf2_times(mat, mat[n]);
+}
+
+/* Tables applying `len` zero bytes (a power of two) to a CRC, one table per byte of the CRC. */
+static void crc_zeros_init(uint32_t zeros[4][256], size_t len) {
+    uint32_t even[32], odd[32], row = 1;
+    odd[0] = 0x82F63B78U; /* one zero bit: the reflected Castagnoli polynomial */
+    for (int n = 1; n < 32; n++) {
+        odd[n] = row;
+        row <<= 1;
+    }
+    gf2_square(even, odd); /* two zero bits */
+    gf2_square(odd, even); /* four */
+    const uint32_t *op = odd;
+    do { /* each squaring doubles the zeros: from one byte (eight bits) up to len bytes */
+        gf2_square(even, odd);
+        op = even;
+        len >>= 1;
+        if (len == 0) break;
+        gf2_square(odd, even);
+        op = odd;
+        len >>= 1;
+    } while (len);
+    for (uint32_t n = 0; n < 256; n++) {
+        zeros[0][n] = gf2_times(op, n);
+        zeros[1][n] = gf2_times(op, n << 8);
+        zeros[2][n] = gf2_times(op, n << 16);
+        zeros[3][n] = gf2_times(op, n << 24);
+    }
+}
+
+static inline uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
+}
+
+__attribute__((target("sse4.2"))) static const unsigned char *crc_hw_blocks(uint64_t *c0, const unsigned char *p,
+                                                                            size_t *n, size_t block,
+                                                                            uint32_t zeros[4][256]) {
+    uint64_t crc0 = *c0;
+    while (*n >= 3 * block) {
+        uint64_t crc1 = 0, crc2 = 0, w0, w1, w2;
+        const unsigned char *end = p + block;
+        do {
+            memcpy(&w0, p, 8);
+            memcpy(&w1, p + block, 8);
+            memcpy(&w2, p + 2 * block, 8);
+            crc0 = _mm_crc32_u64(crc0, w0);
+            crc1 = _mm_crc32_u64(crc1, w1);
+            crc2 = _mm_crc32_u64(crc2, w2);
+            p += 8;
+        } while (p < end);
+        crc0 = crc_shift(zeros, (uint32_t)crc0) ^ (uint32_t)crc1;
+        crc0 = crc_shift(zeros, (uint32_t)crc0) ^ (uint32_t)crc2;
+        p += 2 * block;
+        *n -= 3 * block;
+    }
+    *c0 = crc0;
+    return p;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
     uint64_t c = ~crc;
     while (n && ((uintptr_t)p & 7)) {
         c = _mm_crc32_u8((uint32_t)c, *p++);
         n--;
     }
+    p = crc_hw_blocks(&c, p, &n, CRC_LONG, crc_zeros_long);
+    p = crc_hw_blocks(&c, p, &n, CRC_SHORT, crc_zeros_short);
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -2175,6 +2257,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
 #ifdef HAVE_HW_CRC
     __builtin_cpu_init();
     use_hw_crc = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    crc_zeros_init(crc_zeros_long, CRC_LONG);
+    crc_zeros_init(crc_zeros_short, CRC_SHORT);
 #endif
     str_try_append_py = PyUnicode_InternFromString("_try_append_py");
     if (str_try_append_py == NULL) return NULL;

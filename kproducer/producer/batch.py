@@ -121,7 +121,7 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return self.builder.record_count
+        return self.builder._count  # (the builder's record_count, read several times per batch by the sender)
 
     def is_full(self) -> bool:
         return self.closed or self.builder.estimated_size() >= self.builder.capacity

@@ -2231,6 +2231,258 @@ static int aio_module_init(PyObject *mod) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Produce responses (the network thread, once per response): the common case of
+ * messages/produce.py's ProduceApi._decode_response_fast (its twin, which it must match dict for dict)
+ *
+ * decode_produce_response(data, pos, version, part_defaults, mutable, top_defaults) -> dict | None
+ *   part_defaults: a partition response's fields besides those read here (copied per partition; the keys in
+ *   the tuple ``mutable`` hold a list or dict that is copied too); top_defaults: likewise for the response
+ *   (its list/dict values copied). None: not the common case (tagged fields, record errors, long varints,
+ *   malformed or truncated data): the caller decodes it the generic way, which also raises the errors.
+ */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len, pos;
+    int flexible;
+} PRReader;
+
+static inline int pr_need(PRReader *r, Py_ssize_t n) { return n >= 0 && r->len - r->pos >= n; }
+
+static inline int64_t pr_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    if (n < 8 && (v >> (8 * n - 1)) & 1) v |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+    return (int64_t)v;
+}
+
+/* An array count or string length (compact: minus one), as the twin's length(): -2 for "fall back". */
+static inline Py_ssize_t pr_length(PRReader *r, int classic_width) {
+    if (r->flexible) {
+        if (!pr_need(r, 1)) return -2;
+        unsigned char b = r->p[r->pos];
+        if (b >= 0x80) return -2;
+        r->pos += 1;
+        return (Py_ssize_t)b - 1;
+    }
+    if (!pr_need(r, classic_width)) return -2;
+    Py_ssize_t n = (Py_ssize_t)pr_be(r->p + r->pos, classic_width);
+    r->pos += classic_width;
+    return n;
+}
+
+static inline int pr_tags(PRReader *r) {
+    if (!pr_need(r, 1) || r->p[r->pos] != 0) return -1;
+    r->pos += 1;
+    return 0;
+}
+
+/* A non-null string of n bytes (UTF-8) at the reader's position; NULL with no error set: fall back. */
+static PyObject *pr_string(PRReader *r, Py_ssize_t n) {
+    if (n < 0 || !pr_need(r, n)) return NULL;
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)r->p + r->pos, n, NULL);
+    if (s == NULL) {
+        PyErr_Clear(); /* the generic decoder reports it */
+        return NULL;
+    }
+    r->pos += n;
+    return s;
+}
+
+static PyObject *copy_container(PyObject *v) {
+    if (PyList_Check(v)) return PyList_GetSlice(v, 0, PyList_GET_SIZE(v));
+    if (PyDict_Check(v)) return PyDict_Copy(v);
+    return Py_NewRef(v);
+}
+
+static PyObject *str_pr_index, *str_pr_error_code, *str_pr_base_offset, *str_pr_log_append_time_ms,
+    *str_pr_log_start_offset, *str_pr_record_errors, *str_pr_error_message, *str_pr_name,
+    *str_pr_partition_responses, *str_pr_responses, *str_pr_throttle_time_ms;
+
+static int pr_set_long(PyObject *d, PyObject *key, int64_t v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL) return -1;
+    int rc = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+static int pr_set_steal(PyObject *d, PyObject *key, PyObject *o) {
+    if (o == NULL) return -1;
+    int rc = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+/* One partition response into a new dict; NULL with no error set: fall back (or with an error: raise). */
+static PyObject *pr_partition(PRReader *r, int version, PyObject *defaults, PyObject *mutable) {
+    Py_ssize_t size = version >= 5 ? 30 : 22; /* >ihqq, >ihqqq */
+    if (!pr_need(r, size)) return NULL;
+    const unsigned char *q = r->p + r->pos;
+    r->pos += size;
+    PyObject *d = PyDict_Copy(defaults);
+    if (d == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mutable); i++) {
+        PyObject *k = PyTuple_GET_ITEM(mutable, i);
+        PyObject *v = PyDict_GetItemWithError(d, k);
+        if (v == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "partition default missing");
+            goto error;
+        }
+        if (pr_set_steal(d, k, copy_container(v)) < 0) goto error;
+    }
+    if (pr_set_long(d, str_pr_index, pr_be(q, 4)) < 0 || pr_set_long(d, str_pr_error_code, pr_be(q + 4, 2)) < 0 ||
+        pr_set_long(d, str_pr_base_offset, pr_be(q + 6, 8)) < 0 ||
+        pr_set_long(d, str_pr_log_append_time_ms, pr_be(q + 14, 8)) < 0)
+        goto error;
+    if (version >= 5 && pr_set_long(d, str_pr_log_start_offset, pr_be(q + 22, 8)) < 0) goto error;
+    if (version >= 8) {
+        Py_ssize_t ecount = pr_length(r, 4);
+        if (ecount != 0) goto fallback; /* record errors (or unreadable): the generic decoder */
+        if (pr_set_steal(d, str_pr_record_errors, PyList_New(0)) < 0) goto error;
+        PyObject *msg;
+        if (r->flexible) {
+            if (!pr_need(r, 1)) goto fallback;
+            if (r->p[r->pos] != 0) {
+                Py_ssize_t n = pr_length(r, 0);
+                if (n < 0) goto fallback;
+                msg = pr_string(r, n);
+                if (msg == NULL) goto fallback;
+            } else {
+                r->pos += 1;
+                msg = Py_NewRef(Py_None);
+            }
+        } else {
+            if (!pr_need(r, 2)) goto fallback;
+            Py_ssize_t n = (Py_ssize_t)pr_be(r->p + r->pos, 2);
+            r->pos += 2;
+            if (n < 0) {
+                if (n != -1) goto fallback;
+                msg = Py_NewRef(Py_None);
+            } else {
+                msg = pr_string(r, n);
+                if (msg == NULL) goto fallback;
+            }
+        }
+        if (pr_set_steal(d, str_pr_error_message, msg) < 0) goto error;
+        if (r->flexible && pr_tags(r) < 0) goto fallback;
+    }
+    return d;
+fallback:
+    Py_DECREF(d);
+    return NULL;
+error:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *decode_produce_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_Check(args[3]) || !PyTuple_Check(args[4]) || !PyDict_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_produce_response(data, pos, version, part_defaults: dict, mutable: tuple, "
+                        "top_defaults: dict)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    long version = PyLong_AsLong(args[2]);
+    if (version == -1 && PyErr_Occurred()) return NULL;
+    if (version < 3 || version > 11) Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PRReader r = {(const unsigned char *)view.buf, view.len, pos, version >= 9};
+    PyObject *responses = NULL, *result = NULL;
+    if (pos < 0 || pos > view.len) goto fallback;
+    Py_ssize_t count = pr_length(&r, 4);
+    if (count < 0) goto fallback;
+    responses = PyList_New(0);
+    if (responses == NULL) goto error;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        Py_ssize_t n = pr_length(&r, 2);
+        if (n < 0) goto fallback;
+        PyObject *name = pr_string(&r, n);
+        if (name == NULL) goto fallback;
+        Py_ssize_t pcount = pr_length(&r, 4);
+        PyObject *parts = pcount >= 0 ? PyList_New(0) : NULL;
+        if (parts == NULL) {
+            Py_DECREF(name);
+            if (PyErr_Occurred()) goto error;
+            goto fallback;
+        }
+        for (Py_ssize_t i = 0; i < pcount; i++) {
+            PyObject *d = pr_partition(&r, (int)version, args[3], args[4]);
+            if (d == NULL || PyList_Append(parts, d) < 0) {
+                Py_XDECREF(d);
+                Py_DECREF(name);
+                Py_DECREF(parts);
+                if (PyErr_Occurred()) goto error;
+                goto fallback;
+            }
+            Py_DECREF(d);
+        }
+        if (r.flexible && pr_tags(&r) < 0) {
+            Py_DECREF(name);
+            Py_DECREF(parts);
+            goto fallback;
+        }
+        PyObject *topic = PyDict_New();
+        if (topic == NULL || PyDict_SetItem(topic, str_pr_name, name) < 0 ||
+            PyDict_SetItem(topic, str_pr_partition_responses, parts) < 0 || PyList_Append(responses, topic) < 0) {
+            Py_XDECREF(topic);
+            Py_DECREF(name);
+            Py_DECREF(parts);
+            goto error;
+        }
+        Py_DECREF(topic);
+        Py_DECREF(name);
+        Py_DECREF(parts);
+    }
+    result = PyDict_New();
+    if (result == NULL) goto error;
+    PyObject *k, *v;
+    Py_ssize_t it = 0;
+    while (PyDict_Next(args[5], &it, &k, &v)) {
+        if (pr_set_steal(result, k, copy_container(v)) < 0) goto error;
+    }
+    if (PyDict_SetItem(result, str_pr_responses, responses) < 0) goto error;
+    if (!pr_need(&r, 4)) goto fallback;
+    if (pr_set_long(result, str_pr_throttle_time_ms, pr_be(r.p + r.pos, 4)) < 0) goto error;
+    r.pos += 4;
+    if (r.flexible && pr_tags(&r) < 0) goto fallback;
+    if (r.pos != r.len) goto fallback;
+    Py_DECREF(responses);
+    PyBuffer_Release(&view);
+    return result;
+fallback:
+    Py_XDECREF(responses);
+    Py_XDECREF(result);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(responses);
+    Py_XDECREF(result);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static int produce_response_module_init(void) {
+#define PR_INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
+    PR_INTERN(str_pr_index, "index");
+    PR_INTERN(str_pr_error_code, "error_code");
+    PR_INTERN(str_pr_base_offset, "base_offset");
+    PR_INTERN(str_pr_log_append_time_ms, "log_append_time_ms");
+    PR_INTERN(str_pr_log_start_offset, "log_start_offset");
+    PR_INTERN(str_pr_record_errors, "record_errors");
+    PR_INTERN(str_pr_error_message, "error_message");
+    PR_INTERN(str_pr_name, "name");
+    PR_INTERN(str_pr_partition_responses, "partition_responses");
+    PR_INTERN(str_pr_responses, "responses");
+    PR_INTERN(str_pr_throttle_time_ms, "throttle_time_ms");
+#undef PR_INTERN
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
@@ -2240,6 +2492,8 @@ static PyMethodDef methods[] = {
     {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
      "The largest record's size (length prefix included) among the first count records of a records section."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
+    {"decode_produce_response", (PyCFunction)(void (*)(void))decode_produce_response, METH_FASTCALL,
+     "A Produce response body in its common case (as ProduceApi._decode_response_fast); None otherwise."},
     {"extend_columns", (PyCFunction)(void (*)(void))extend_columns, METH_FASTCALL,
      "Append rows of binary columns to a batch until it is full; returns the next position."},
     {"column_max_length", column_max_length, METH_O, "Length of the longest non-null row of a binary column."},
@@ -2277,7 +2531,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         Py_DECREF(mod);
         return NULL;
     }
-    if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0) {
+    if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0 || produce_response_module_init() < 0) {
         Py_DECREF(mod);
         return NULL;
     }

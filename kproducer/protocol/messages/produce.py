@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..accel import speedups
 from ..schema import Api, Field, Struct
 
 # --------------------------------------------------------------------------------------------
@@ -171,12 +172,19 @@ class ProduceApi(Api):
     def decode_response(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
         if 3 <= version <= 11:
             try:
-                return self._decode_response_fast(version, data, pos)
+                if speedups is None:
+                    return self._decode_response_fast(version, data, pos)
+                # its compiled twin (None: not the common case)
+                part, mutable, top = self._partition_defaults(version)
+                decoded: Optional[Dict[str, Any]] = speedups.decode_produce_response(data, pos, version, part,
+                                                                                     mutable, top)
+                if decoded is not None:
+                    return decoded
             except Exception:  # anything unusual or malformed: the generic decoder decides (and raises)
                 pass
         return super().decode_response(version, data, pos)
 
-    def _partition_defaults(self, version: int) -> Tuple[Dict[str, Any], List[str], Dict[str, Any]]:
+    def _partition_defaults(self, version: int) -> Tuple[Dict[str, Any], Tuple[str, ...], Dict[str, Any]]:
         """What the generic decoder puts in a partition response and in the response besides the fields the
         fast path reads (defaults of absent and tagged fields), from decoding a minimal response once."""
         key = ("fast-defaults", version)
@@ -187,8 +195,8 @@ class ProduceApi(Api):
             decoded = super().decode_response(version, super().encode_response(version, sample))
             part = decoded["responses"][0]["partition_responses"][0]
             # defaults made of lists and dicts are copied per decode (flat ones by a shallow copy)
-            mutable = [k for k, v in part.items() if isinstance(v, (list, dict))
-                       and k != "record_errors" or (k == "record_errors" and version < 8)]
+            mutable = tuple(k for k, v in part.items() if isinstance(v, (list, dict))
+                            and k != "record_errors" or (k == "record_errors" and version < 8))
             assert all(_is_flat(part[k]) for k in mutable)
             top = {k: v for k, v in decoded.items() if k not in ("responses", "throttle_time_ms")}
             assert all(_is_flat(v) for v in top.values() if isinstance(v, (list, dict)))

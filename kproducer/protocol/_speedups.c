@@ -2483,6 +2483,199 @@ static int produce_response_module_init(void) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Produce requests (the network thread, once per request): messages/produce.py's
+ * ProduceApi._encode_request_parts (its twin: the same bytes once joined, the same cases handed back)
+ *
+ * encode_produce_request(version, body) -> list | None
+ *   the request body as buffers to be joined or written in order: the fields in a few bytes objects, each
+ *   batch's records (a memoryview, or bytes of more than PQ_INLINE bytes) as it is, not copied. None: not the
+ *   fast path's case (the caller uses the schema codec, which also raises the errors).
+ */
+
+#define PQ_INLINE 512
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+    PyObject *parts;
+} PQWriter;
+
+static int pq_put(PQWriter *w, const void *data, Py_ssize_t n) {
+    if (w->len + n > w->cap) {
+        Py_ssize_t cap = (w->cap ? w->cap * 2 : 256);
+        while (cap < w->len + n) cap *= 2;
+        char *grown = PyMem_Realloc(w->buf, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        w->buf = grown;
+        w->cap = cap;
+    }
+    memcpy(w->buf + w->len, data, (size_t)n);
+    w->len += n;
+    return 0;
+}
+
+static int pq_flush(PQWriter *w) {
+    if (w->len == 0) return 0;
+    PyObject *b = PyBytes_FromStringAndSize(w->buf, w->len);
+    if (b == NULL) return -1;
+    int rc = PyList_Append(w->parts, b);
+    Py_DECREF(b);
+    w->len = 0;
+    return rc;
+}
+
+static int pq_be(PQWriter *w, int64_t v, int n) {
+    unsigned char b[8];
+    for (int i = n - 1; i >= 0; i--) {
+        b[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+    return pq_put(w, b, n);
+}
+
+static int pq_uvarint(PQWriter *w, uint64_t v) {
+    char b[10];
+    char *end = put_varint(b, v);
+    return pq_put(w, b, end - b);
+}
+
+/* A non-null string: its length prefix and UTF-8 bytes. 1: fall back (a classic string over 32767 bytes). */
+static int pq_string(PQWriter *w, PyObject *str, int flexible) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(str, &n);
+    if (u == NULL) {
+        PyErr_Clear(); /* (e.g. lone surrogates) the schema codec reports it */
+        return 1;
+    }
+    if (flexible) {
+        if (pq_uvarint(w, (uint64_t)n + 1) < 0) return -1;
+    } else {
+        if (n > 32767) return 1;
+        if (pq_be(w, n, 2) < 0) return -1;
+    }
+    return pq_put(w, u, n);
+}
+
+/* A piece of a batch: copied when small bytes, else its own part. 1: fall back (not bytes-like as expected). */
+static int pq_piece(PQWriter *w, PyObject *piece) {
+    if (PyBytes_CheckExact(piece) && PyBytes_GET_SIZE(piece) <= PQ_INLINE)
+        return pq_put(w, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
+    if (pq_flush(w) < 0) return -1;
+    return PyList_Append(w->parts, piece);
+}
+
+/* The byte length of a records piece as the twin counts it; -1: fall back. */
+static Py_ssize_t pq_piece_size(PyObject *piece) {
+    if (PyMemoryView_Check(piece) && Py_IS_TYPE(piece, &PyMemoryView_Type))
+        return PyMemoryView_GET_BUFFER(piece)->len;
+    if (PyBytes_CheckExact(piece)) return PyBytes_GET_SIZE(piece);
+    if (PyByteArray_CheckExact(piece)) return PyByteArray_GET_SIZE(piece);
+    return -1;
+}
+
+/* 0: encoded, 1: fall back, -1: error. */
+static int pq_body(PQWriter *w, long version, PyObject *body) {
+    int flexible = version >= 9;
+    if (!PyDict_CheckExact(body) || PyDict_GET_SIZE(body) != 4) return 1;
+    PyObject *tid = PyDict_GetItemString(body, "transactional_id");
+    PyObject *acks = PyDict_GetItemString(body, "acks");
+    PyObject *timeout = PyDict_GetItemString(body, "timeout_ms");
+    PyObject *topics = PyDict_GetItemString(body, "topic_data");
+    if (acks == NULL || timeout == NULL || topics == NULL || !PyLong_CheckExact(acks) ||
+        !PyLong_CheckExact(timeout) || !PyList_CheckExact(topics))
+        return 1;
+    int overflow;
+    long long a = PyLong_AsLongLongAndOverflow(acks, &overflow);
+    if (overflow || a < -32768 || a > 32767) return 1;
+    long long t = PyLong_AsLongLongAndOverflow(timeout, &overflow);
+    if (overflow || t < -2147483648LL || t > 2147483647LL) return 1;
+    if (tid == NULL || tid == Py_None) {
+        if (pq_put(w, flexible ? "\x00" : "\xff\xff", flexible ? 1 : 2) < 0) return -1;
+    } else if (PyUnicode_CheckExact(tid)) {
+        int rc = pq_string(w, tid, flexible);
+        if (rc) return rc;
+    } else {
+        return 1;
+    }
+    if (pq_be(w, a, 2) < 0 || pq_be(w, t, 4) < 0) return -1;
+    Py_ssize_t ntopics = PyList_GET_SIZE(topics);
+    if ((flexible ? pq_uvarint(w, (uint64_t)ntopics + 1) : pq_be(w, ntopics, 4)) < 0) return -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(topics); i++) {
+        PyObject *topic = PyList_GET_ITEM(topics, i);
+        if (!PyDict_CheckExact(topic) || PyDict_GET_SIZE(topic) != 2) return 1;
+        PyObject *name = PyDict_GetItemString(topic, "name");
+        PyObject *partitions = PyDict_GetItemString(topic, "partition_data");
+        if (name == NULL || partitions == NULL || !PyUnicode_CheckExact(name) || !PyList_CheckExact(partitions))
+            return 1;
+        int rc = pq_string(w, name, flexible);
+        if (rc) return rc;
+        Py_ssize_t nparts = PyList_GET_SIZE(partitions);
+        if ((flexible ? pq_uvarint(w, (uint64_t)nparts + 1) : pq_be(w, nparts, 4)) < 0) return -1;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(partitions); j++) {
+            PyObject *part = PyList_GET_ITEM(partitions, j);
+            if (!PyDict_CheckExact(part) || PyDict_GET_SIZE(part) != 2) return 1;
+            PyObject *index = PyDict_GetItemString(part, "index");
+            PyObject *records = PyDict_GetItemString(part, "records");
+            if (index == NULL || !PyLong_CheckExact(index)) return 1;
+            long long idx = PyLong_AsLongLongAndOverflow(index, &overflow);
+            if (overflow || idx < -2147483648LL || idx > 2147483647LL) return 1;
+            if (pq_be(w, idx, 4) < 0) return -1;
+            if (records == NULL || records == Py_None) {
+                if (pq_put(w, flexible ? "\x00" : "\xff\xff\xff\xff", flexible ? 1 : 4) < 0) return -1;
+            } else {
+                PyObject *pieces = PyTuple_CheckExact(records) ? records : NULL;
+                Py_ssize_t npieces = pieces != NULL ? PyTuple_GET_SIZE(pieces) : 1;
+                Py_ssize_t total = 0;
+                for (Py_ssize_t k = 0; k < npieces; k++) {
+                    Py_ssize_t n = pq_piece_size(pieces != NULL ? PyTuple_GET_ITEM(pieces, k) : records);
+                    if (n < 0) return 1;
+                    total += n;
+                }
+                if (flexible) {
+                    if (pq_uvarint(w, (uint64_t)total + 1) < 0) return -1;
+                } else {
+                    if (total > 2147483647LL) return 1;
+                    if (pq_be(w, total, 4) < 0) return -1;
+                }
+                for (Py_ssize_t k = 0; k < npieces; k++)
+                    if (pq_piece(w, pieces != NULL ? PyTuple_GET_ITEM(pieces, k) : records) < 0) return -1;
+            }
+            if (flexible && pq_put(w, "\x00", 1) < 0) return -1;
+        }
+        if (flexible && pq_put(w, "\x00", 1) < 0) return -1;
+    }
+    if (flexible && pq_put(w, "\x00", 1) < 0) return -1;
+    return 0;
+}
+
+static PyObject *encode_produce_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_produce_request(version, body)");
+        return NULL;
+    }
+    long version = PyLong_AsLong(args[0]);
+    if (version == -1 && PyErr_Occurred()) return NULL;
+    if (version < 3 || version > 11) Py_RETURN_NONE;
+    PQWriter w = {NULL, 0, 0, PyList_New(0)};
+    if (w.parts == NULL) return NULL;
+    int rc = pq_body(&w, version, args[1]);
+    if (rc == 0) rc = pq_flush(&w);
+    PyMem_Free(w.buf);
+    if (rc < 0) {
+        Py_DECREF(w.parts);
+        return NULL;
+    }
+    if (rc > 0) {
+        Py_DECREF(w.parts);
+        Py_RETURN_NONE;
+    }
+    return w.parts;
+}
+
 static PyMethodDef methods[] = {
     {"aio_setup", (PyCFunction)(void (*)(void))aio_setup, METH_FASTCALL,
      "Give the asyncio record future's compiled await aio.py's types (once, at import)."},
@@ -2492,6 +2685,8 @@ static PyMethodDef methods[] = {
     {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
      "The largest record's size (length prefix included) among the first count records of a records section."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
+    {"encode_produce_request", (PyCFunction)(void (*)(void))encode_produce_request, METH_FASTCALL,
+     "A Produce request body as buffers (as ProduceApi._encode_request_parts, the same bytes); None otherwise."},
     {"decode_produce_response", (PyCFunction)(void (*)(void))decode_produce_response, METH_FASTCALL,
      "A Produce response body in its common case (as ProduceApi._decode_response_fast); None otherwise."},
     {"extend_columns", (PyCFunction)(void (*)(void))extend_columns, METH_FASTCALL,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from kproducer.protocol import messages as m
 from kproducer.protocol.accel import speedups
+from kproducer.protocol.messages.produce import _join_record_parts
 from kproducer.protocol.errors import ProtocolError
 from kproducer.protocol.schema import Api, SchemaError
 
@@ -90,6 +91,38 @@ def test_fast_response_decoding_equals_the_schema_decoder(version: int, body: Di
     assert PRODUCE.decode_response(version, data) == _generic_decode(version, data)
     framed = b"\x00\x00\x00\x07" + data  # decoding from an offset
     assert PRODUCE.decode_response(version, framed, 4) == _generic_decode(version, framed, 4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from(VERSIONS), body=request_bodies, head=st.binary(max_size=600),
+       rest=st.binary(max_size=600))
+def test_compiled_request_encoder_is_the_python_fast_path_twin(version: int, body: Dict[str, Any], head: bytes,
+                                                               rest: bytes) -> None:
+    """The compiled encoder's parts join to the Python fast path's bytes (and the schema codec's), records given
+    whole or in parts (a batch's header and a view of its records); it gives up where the Python path does."""
+    if speedups is None:
+        pytest.skip("the compiled accelerator is not in use")
+    store = bytearray(head + rest)
+    in_parts = {**body, "topic_data": [*body["topic_data"], {"name": "t", "partition_data": [
+        {"index": 1, "records": (head, memoryview(store)[len(head):])},
+        {"index": 2, "records": (memoryview(store), bytearray(rest), b"")}]}]}
+    for b in (body, in_parts):
+        compiled = speedups.encode_produce_request(version, b)
+        python = PRODUCE._encode_request_parts(version, b)
+        assert compiled is not None
+        joined = b"".join(compiled)
+        assert joined == b"".join(python) == _generic_encode(version, _join_record_parts(b))
+    # the records views are handed over as they are, not copied
+    views = [p for p in speedups.encode_produce_request(version, in_parts) if type(p) is memoryview]
+    given = [pd["records"] for pd in in_parts["topic_data"][-1]["partition_data"]]
+    assert any(v is given[0][1] for v in views) and any(v is given[1][0] for v in views)
+    # what the Python fast path hands to the schema codec, the compiled one does too
+    for odd in ({**body, "acks": True}, {**body, "extra": 1}, {**body, "topic_data": [{"name": "t"}]},
+                {**body, "topic_data": [{"name": "t", "partition_data": [{"index": 2**31, "records": None}]}]},
+                {**body, "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": [b"x"]}]}]}):
+        assert speedups.encode_produce_request(version, odd) is None
+        with pytest.raises(Exception):
+            PRODUCE._encode_request_parts(version, odd)
 
 
 @settings(max_examples=150, deadline=None)

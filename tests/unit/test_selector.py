@@ -11,6 +11,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 import pytest
 
 from kproducer.network.selector import FrameError, FrameReader, Selector, _frame, _unwritten
+from kproducer.producer.buffer_pool import in_use
 
 
 def frame(payload: bytes) -> bytes:
@@ -225,6 +226,27 @@ def test_frames_in_parts_are_written_in_order_without_joining(sel: Selector, ser
     res.until(sel, lambda: res.sends == [1, 1, 1], timeout=10)
     reader.join(10)
     assert got == [expected, b"ab", b"plain"]
+
+
+def test_a_frame_in_parts_keeps_its_bytes_when_the_lent_view_is_released(sel: Selector, server: Server) -> None:
+    """docs/design.md, buffer ownership: a batch that finishes while its frame is still being written releases
+    the view it lent; the frame holds views of its own, so the release succeeds, the buffer stays exported (the
+    BufferPool drops it instead of reusing it) and the frame is written unchanged."""
+    res = connected(sel, server)
+    sel._channels[1].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pool_buffer = bytearray(bytes(range(256)) * 16384)  # 4 MiB: more than the socket takes at once
+    expected = bytes(pool_buffer)
+    lent = memoryview(pool_buffer)
+    sel.send(1, [b"head", lent])
+    assert sel._channels[1].has_pending_writes()  # partly written
+    lent.release()  # the batch finished (e.g. expired in flight): ProducerBatch.release()
+    assert in_use(pool_buffer)  # so BufferPool.deallocate() drops it rather than reusing it
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(server.recv_frame()), daemon=True)
+    reader.start()
+    res.until(sel, lambda: res.sends == [1], timeout=20)
+    reader.join(20)
+    assert got == [b"head" + expected]
 
 
 def test_what_is_left_of_a_frame_in_parts_after_a_partial_write() -> None:

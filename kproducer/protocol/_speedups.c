@@ -2543,6 +2543,11 @@ static int pq_uvarint(PQWriter *w, uint64_t v) {
     return pq_put(w, b, end - b);
 }
 
+/* An array's element count (compact: plus one). */
+static int pq_count(PQWriter *w, Py_ssize_t n, int flexible) {
+    return flexible ? pq_uvarint(w, (uint64_t)n + 1) : pq_be(w, n, 4);
+}
+
 /* A non-null string: its length prefix and UTF-8 bytes. 1: fall back (a classic string over 32767 bytes). */
 static int pq_string(PQWriter *w, PyObject *str, int flexible) {
     Py_ssize_t n;
@@ -2603,7 +2608,7 @@ static int pq_body(PQWriter *w, long version, PyObject *body) {
     }
     if (pq_be(w, a, 2) < 0 || pq_be(w, t, 4) < 0) return -1;
     Py_ssize_t ntopics = PyList_GET_SIZE(topics);
-    if ((flexible ? pq_uvarint(w, (uint64_t)ntopics + 1) : pq_be(w, ntopics, 4)) < 0) return -1;
+    if (pq_count(w, ntopics, flexible) < 0) return -1;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(topics); i++) {
         PyObject *topic = PyList_GET_ITEM(topics, i);
         if (!PyDict_CheckExact(topic) || PyDict_GET_SIZE(topic) != 2) return 1;
@@ -2614,7 +2619,7 @@ static int pq_body(PQWriter *w, long version, PyObject *body) {
         int rc = pq_string(w, name, flexible);
         if (rc) return rc;
         Py_ssize_t nparts = PyList_GET_SIZE(partitions);
-        if ((flexible ? pq_uvarint(w, (uint64_t)nparts + 1) : pq_be(w, nparts, 4)) < 0) return -1;
+        if (pq_count(w, nparts, flexible) < 0) return -1;
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(partitions); j++) {
             PyObject *part = PyList_GET_ITEM(partitions, j);
             if (!PyDict_CheckExact(part) || PyDict_GET_SIZE(part) != 2) return 1;

@@ -63,15 +63,18 @@ class FastSelector(ScriptedSelector):
 
 
 def _harness(idempotent: bool) -> Harness:
-    import scripted
+    import kproducer.testing.harness as harness_module
 
-    real = scripted.ScriptedSelector
-    scripted.ScriptedSelector = FastSelector  # type: ignore[misc]
+    # Harness builds its transport from the name it imported (patching tests/unit/scripted's alias does not
+    # reach it: the fast broker was never used and every round decoded every record it was sent)
+    real = harness_module.ScriptedTransport
+    harness_module.ScriptedTransport = FastSelector  # type: ignore[misc]
     try:
         h = Harness(topics={TOPIC: PARTITIONS}, batch_size=BATCH_SIZE, linger_ms=0, acks="all",
                     enable_idempotence=idempotent, buffer_memory=256 * 1024 * 1024, max_polls=10**9)
     finally:
-        scripted.ScriptedSelector = real  # type: ignore[misc]
+        harness_module.ScriptedTransport = real  # type: ignore[misc]
+    assert isinstance(h.selector, FastSelector)
     h.boot(TOPIC)
     h.selector.produce_frames = {}  # type: ignore[attr-defined]
     return h

@@ -45,7 +45,7 @@ from .in_flight import InFlightRequests
 from .metadata import Metadata, Node
 from .sasl_authenticator import SaslAuthenticator, reauthentication_delay_ms
 from .selector import Selector
-from .transport import Transport
+from .transport import Payload, Transport
 
 log = logging.getLogger(__name__)
 
@@ -319,8 +319,10 @@ class NetworkClient:
             request.version = self.api_version(node_id, request.api)
         self._correlation = (self._correlation + 1) & 0x7FFFFFFF
         request.correlation_id = self._correlation
-        payload = m.encode_request(request.api, request.version, request.correlation_id, self.client_id,
-                                   request.body)
+        # in parts: a Produce request's batches are written from where they are (the selector's sendmsg)
+        parts = m.encode_request_parts(request.api, request.version, request.correlation_id, self.client_id,
+                                       request.body)
+        payload: Payload = parts if len(parts) > 2 else parts[0] + parts[1]
         request.sent_ms = now_ms
         self._last_activity[node_id] = now_ms
         self.in_flight.add(request)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tu
 
 from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
+from .transport import Payload
 
 if TYPE_CHECKING:
     import ssl
@@ -88,6 +89,35 @@ _TLS_ERROR: _ExcTypes = ()
 _TLS_RECORD_TYPES = (0x15, 0x16)
 
 
+# sendmsg takes at most IOV_MAX (1024 on Linux) buffers; a frame of more parts is joined
+_MAX_PARTS = 512
+
+
+def _frame(payload: Payload, tls: bool) -> Union[memoryview, List[memoryview]]:
+    """``payload`` behind its size prefix, as one buffer or (scatter-gather) a list of byte views."""
+    if isinstance(payload, (bytes, bytearray)):
+        return memoryview(_SIZE.pack(len(payload)) + payload)
+    views = [memoryview(b).cast("B") for b in payload]
+    size = sum(v.nbytes for v in views)
+    if tls or len(views) >= _MAX_PARTS:
+        return memoryview(b"".join([_SIZE.pack(size), *views]))
+    views.insert(0, memoryview(_SIZE.pack(size)))
+    return views
+
+
+def _unwritten(views: List[memoryview], n: int) -> List[memoryview]:
+    """What is left of a scatter-gather frame after ``n`` bytes of it were written (empty: all of it)."""
+    for i, v in enumerate(views):
+        size = v.nbytes
+        if n < size:
+            rest = views[i:]
+            if n:
+                rest[0] = v[n:]
+            return rest
+        n -= size
+    return []
+
+
 class KafkaChannel:
     """One connection: socket, outgoing frame queue, incoming frame reassembly."""
 
@@ -99,8 +129,9 @@ class KafkaChannel:
         self.sock: Sock = sock
         self.address = address
         self.state = ChannelState.CONNECTING
-        self.sends: Deque[memoryview] = deque()
-        self.current: Optional[memoryview] = None
+        # frames to write: one buffer, or a list of buffers (scatter-gather: written by sendmsg, not joined)
+        self.sends: Deque[Union[memoryview, List[memoryview]]] = deque()
+        self.current: Optional[Union[memoryview, List[memoryview]]] = None
         self.frames_written = 0
         self.reader = FrameReader(max_receive)
         self.registered_events = 0
@@ -297,8 +328,10 @@ class Selector:
 
     # -- sending -------------------------------------------------------------------------------
 
-    def send(self, node_id: NodeId, payload: bytes) -> None:
-        """Queue one frame (the size prefix is added here)."""
+    def send(self, node_id: NodeId, payload: Payload) -> None:
+        """Queue one frame (the size prefix is added here): bytes, or a list of buffers that make it up in
+        order (a Produce request's header parts and its batches' records), written from where they are with
+        one sendmsg (no copy of the records in user space; joined for TLS, whose sockets have no sendmsg)."""
         ch = self._channels.get(node_id)
         if ch is None or ch.state != ChannelState.CONNECTED:
             if ch is None and node_id in self.disconnected:
@@ -307,7 +340,7 @@ class Selector:
                 # makes the caller fail every request it had for this node, this one included
                 return
             raise ConnectionError(f"node {node_id} is not connected")
-        ch.sends.append(memoryview(_SIZE.pack(len(payload)) + payload))
+        ch.sends.append(_frame(payload, ch.tls))
         if ch.current is None and len(ch.sends) == 1:
             # nothing queued before it: write now, and only ask the selector about writability for
             # what the socket did not take (saves two epoll updates and a poll round per request)
@@ -341,15 +374,22 @@ class Selector:
                     break
                 cur = ch.current = ch.sends.popleft()
             try:
-                n = sock.send(cur)
+                # (a list only on a plain socket: _frame joins the parts for TLS)
+                n = sock.send(cur) if type(cur) is memoryview else sock.sendmsg(cur)  # type: ignore[arg-type]
             except _WOULD_BLOCK:
                 break
             except OSError as e:
                 self._close_channel(ch, f"write failed: {e}")
                 return
-            if n < len(cur):
-                ch.current = cur[n:]
-                break
+            if type(cur) is memoryview:
+                if n < len(cur):
+                    ch.current = cur[n:]
+                    break
+            else:
+                rest = _unwritten(cur, n)
+                if rest:
+                    ch.current = rest
+                    break
             ch.current = None
             ch.frames_written += 1
             self.completed_sends.append(ch.node_id)

@@ -7,11 +7,14 @@ what happened from the result lists, which it may empty or replace (they are pla
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Protocol, Tuple, runtime_checkable
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 from ..protocol.errors import AuthenticationError
 
 NodeId = int
+#: a request frame (without its size prefix): bytes, or the buffers that make it up, in order (a Produce
+#: request's header parts and its batches' records, which a socket transport writes without joining them)
+Payload = Union[bytes, Sequence[Union[bytes, bytearray, memoryview]]]
 
 
 @runtime_checkable
@@ -32,8 +35,9 @@ class Transport(Protocol):
     def connect(self, node_id: NodeId, host: str, port: int) -> None:
         """Start connecting; a failure shows up in ``disconnected`` after a later poll."""
 
-    def send(self, node_id: NodeId, payload: bytes) -> None:
-        """Queue one request frame (without the size prefix) on a connected channel."""
+    def send(self, node_id: NodeId, payload: Payload) -> None:
+        """Queue one request frame (without the size prefix) on a connected channel. The buffers of a
+        frame given in parts must not change until it is written (its request is answered or failed)."""
 
     def poll(self, timeout_ms: float) -> None:
         """Do I/O for at most ``timeout_ms`` (less when something happens or :meth:`wakeup` is called)."""
@@ -61,4 +65,4 @@ class Transport(Protocol):
         plaintext listener never answers), or None when retrying may help."""
 
 
-__all__ = ["NodeId", "Transport"]
+__all__ = ["NodeId", "Payload", "Transport"]

@@ -368,7 +368,8 @@ class RecordAccumulator:
                 if dq and tp not in self._muted:
                     first = dq[0]
                     if not first.is_backing_off(now_ms):
-                        if ready and size + first.estimated_size() > max_size:
+                        first_size = first.estimated_size()
+                        if ready and size + first_size > max_size:
                             # a single batch larger than the request size is still sent, alone.
                             # The next drain starts at this partition, so that it is not starved.
                             idx = (idx - 1) % n
@@ -380,7 +381,7 @@ class RecordAccumulator:
                             first.close_for_appends()
                             first.in_flight = True
                             first.drained_ms = now_ms
-                            size += first.estimated_size()
+                            size += first_size
                             ready.append(first)
                 if idx == start:
                     break
@@ -537,12 +538,22 @@ class RecordAccumulator:
 
     def deallocate(self, batch: ProducerBatch) -> None:
         """Forget a completed batch, drop its record bytes and give its memory back."""
+        self.deallocate_batches((batch,))
+
+    def deallocate_batches(self, batches: Sequence[ProducerBatch]) -> None:
+        """:meth:`deallocate` of several batches (those of one produce response), taking each lock once."""
         with self._incomplete_lock:
-            self._incomplete.discard(batch)
-        buf = batch.release()
-        reserved, extra = batch.memory_to_release()
-        self.free.deallocate(reserved, buf)
-        self.free.deallocate(extra)
+            discard = self._incomplete.discard
+            for b in batches:
+                discard(b)
+        returns: List[Tuple[int, Optional[bytearray]]] = []
+        for b in batches:
+            buf = b.release()
+            reserved, extra = b.memory_to_release()
+            returns.append((reserved, buf))
+            if extra:
+                returns.append((extra, None))
+        self.free.deallocate_many(returns)
 
     def incomplete_batches(self) -> List[ProducerBatch]:
         with self._incomplete_lock:

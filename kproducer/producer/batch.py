@@ -15,7 +15,7 @@ from ..protocol.records import (
     MAGIC,
     RECORD_BATCH_OVERHEAD,
     RecordBatchBuilder,
-    crc32c,
+    _crc32c_fun,
 )
 from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
@@ -121,7 +121,7 @@ class ProducerBatch:
 
     @property
     def record_count(self) -> int:
-        return self.builder.record_count
+        return self.builder._count  # (the builder's record_count, read several times per batch by the sender)
 
     def is_full(self) -> bool:
         return self.closed or self.builder.estimated_size() >= self.builder.capacity
@@ -300,7 +300,7 @@ class ProducerBatch:
                     builder.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, count)
             except struct.error:
                 return self.records()  # out-of-range producer state: build() says what is wrong
-            crc = crc32c(view, crc32c(body_header))
+            crc = _crc32c_fun(view, _crc32c_fun(body_header))
             head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + view.nbytes, -1, MAGIC, crc) + body_header
         return head, view
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Deque, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Deque, Iterable, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
@@ -207,11 +207,17 @@ class BufferPool:
         """Return ``size`` bytes reserved by :meth:`allocate`, and the batch's buffer if it has one: a
         ``batch.size`` reservation's buffer of the pooled length that nothing views any more goes to the
         free list, for the next batch; anything else is dropped (the memory counts as free again)."""
-        if size <= 0:
+        self.deallocate_many(((size, buffer),))
+
+    def deallocate_many(self, returns: Iterable[Tuple[int, Optional[bytearray]]]) -> None:
+        """:meth:`deallocate` of several reservations (the batches of one produce response) under one take of
+        the lock, with one wakeup of the waiting sends."""
+        checked = [(size, buffer, self._reusable(size, buffer)) for size, buffer in returns if size > 0]
+        if not checked:
             return
-        reusable = self._reusable(size, buffer)
         with self._lock:
-            self._give_back(size, buffer, reusable)
+            for size, buffer, reusable in checked:
+                self._give_back(size, buffer, reusable)
             if self._waiters:
                 self._waiters[0].cond.notify()
         on_free = self.on_free

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from itertools import islice
 from typing import Deque, Dict, Iterable, List, NamedTuple, Tuple
 
 from .batch import ProducerBatch
@@ -107,8 +108,10 @@ class IdempotenceState:
         if batch.has_sequence() and self.is_current(batch):
             # a retry goes out only when it is the first unacknowledged batch: order is kept
             return batch.base_sequence != st.in_flight[0].base_sequence
-        oldest = next((b for b in st.in_flight if not b.is_done()), None)
-        if oldest is None:
+        for oldest in st.in_flight:
+            if not oldest.is_done():
+                break
+        else:
             return False
         # The first batch of a partition under this producer id goes alone: a broker with no state for the
         # producer accepts any sequence (Kafka 2.5+), so a batch pipelined behind a first batch that fails
@@ -120,9 +123,10 @@ class IdempotenceState:
         # (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE instead of
         # acknowledged as a duplicate. One connection never has more than 5 in flight, but after a leader
         # move the old and the new leader's connections together can.
-        if len(st.recent) < BROKER_DUPLICATE_WINDOW:
+        recent = st.recent
+        if len(recent) < BROKER_DUPLICATE_WINDOW:
             return False
-        return not any(b is oldest for b in list(st.recent)[1:])
+        return oldest not in islice(recent, 1, None)  # (batches compare by identity)
 
     def assign_sequence(self, batch: ProducerBatch, transactional: bool) -> None:
         """``batch`` is drained to be sent: it keeps its sequence (a retry) or gets the next one."""
@@ -136,9 +140,11 @@ class IdempotenceState:
         st = self.partition(batch.tp)
         batch.set_producer_state(self.producer_id, self.producer_epoch, st.next_sequence, transactional)
         st.next_sequence = (st.next_sequence + batch.record_count) & _SEQUENCE_MASK
-        st.in_flight.append(batch)
+        in_flight = st.in_flight
+        in_flight.append(batch)
         st.recent.append(batch)
-        st.in_flight.sort(key=lambda b: b.base_sequence)
+        if len(in_flight) > 1 and in_flight[-2].base_sequence > batch.base_sequence:  # kept sorted: rarely moves
+            in_flight.sort(key=lambda b: b.base_sequence)
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
         """Parts of a split batch take over its sequence range in order."""
@@ -193,11 +199,15 @@ class IdempotenceState:
         st = self._partitions.get(batch.tp)
         if st is None or not self.is_current(batch):
             return
-        if batch in st.in_flight:
-            st.in_flight.remove(batch)
+        in_flight = st.in_flight
+        if in_flight and in_flight[0] is batch:  # the usual case: acknowledged in sequence order
+            del in_flight[0]
+        elif batch in in_flight:
+            in_flight.remove(batch)
         if batch.has_sequence():
-            if batch.last_sequence > st.last_acked_sequence or st.last_acked_sequence < 0:
-                st.last_acked_sequence = batch.last_sequence
+            last = batch.last_sequence
+            if last > st.last_acked_sequence or st.last_acked_sequence < 0:
+                st.last_acked_sequence = last
         if base_offset >= 0:
             st.last_acked_offset = max(st.last_acked_offset, base_offset + batch.record_count - 1)
 

@@ -477,14 +477,14 @@ class Sender(threading.Thread):
                 self._complete_batch(b, code, -1, -1, -1, f"{why} (node {resp.request.node_id})", now)
             return
         if resp.body is None:  # acks=0: done once written
-            for b in batches.values():
-                self._complete_batch(b, NO_ERROR, -1, -1, -1, None, now)
+            self._complete_acked([(b, -1, -1) for b in batches.values()])
             return
         self.metrics.record_produce_response(resp.request.node_id, resp.latency_ms,
                                              resp.body.get("throttle_time_ms") or 0)
         seen = set()
         hints: Dict[TopicPartition, Tuple[int, int]] = {}
-        acked_records = acked_bytes = 0
+        # batches the broker wrote, completed together (in response order: before any error is handled)
+        acked: List[Tuple[ProducerBatch, int, int]] = []
         for topic in resp.body["responses"]:
             name = topic["name"]
             for p in topic["partition_responses"]:
@@ -495,12 +495,12 @@ class Sender(threading.Thread):
                     continue
                 seen.add(tp)
                 b = found
-                if p["error_code"] == NO_ERROR:  # the common case, kept short (as _complete_batch's success)
-                    acked = self._complete_acked(b, p["base_offset"], p["log_append_time_ms"])
-                    if acked:
-                        acked_records += b.record_count
-                        acked_bytes += acked
+                if p["error_code"] == NO_ERROR:  # the common case
+                    acked.append((b, p["base_offset"], p["log_append_time_ms"]))
                     continue
+                if acked:
+                    self._complete_acked(acked)
+                    acked = []
                 if p["error_code"] in _LEADER_HINT_ERRORS:
                     hint = p.get("current_leader")
                     if hint and hint["leader_id"] >= 0 and hint["leader_epoch"] >= 0:
@@ -512,8 +512,8 @@ class Sender(threading.Thread):
                     continue
                 self._complete_batch(b, p["error_code"], p["base_offset"], p["log_append_time_ms"],
                                      p["log_start_offset"], msg, now)
-        if acked_records:
-            self.metrics.record_success(acked_records, acked_bytes)
+        if acked:
+            self._complete_acked(acked)
         if len(seen) != len(batches):
             for tp, b in batches.items():
                 if tp not in seen:
@@ -574,6 +574,12 @@ class Sender(threading.Thread):
 
     def _complete_batch(self, batch: ProducerBatch, error: int, base_offset: int, log_append_time: int,
                         log_start_offset: int, message: Optional[str], now: float) -> None:
+        if error == NO_ERROR or error == DuplicateSequenceNumberError.code:
+            if error != NO_ERROR:
+                # Apache Kafka acknowledges a duplicate with the original offset; some brokers answer 46
+                log.debug("duplicate sequence for %s-%s counted as success", batch.topic, batch.partition)
+            self._complete_acked([(batch, base_offset, log_append_time)])
+            return
         if self.guarantee_message_order:
             self.accumulator.unmute(batch.tp)
         txn = self.txn
@@ -589,51 +595,50 @@ class Sender(threading.Thread):
                 txn.add_split_batches(batch, unique)
             self.metrics.record_split(parts_count - 1)
             return
-        if error != NO_ERROR and error != DuplicateSequenceNumberError.code:
-            exc = error_for_code(error, message)
-            if self._can_retry(batch, exc, log_start_offset, now):
-                log.warning("produce to %s-%s failed with %s; retrying (attempt %d)",
-                            batch.topic, batch.partition, exc.name, batch.attempts + 1)
-                self._remove_in_flight(batch)
-                self.accumulator.reenqueue(batch, now)
-                self.metrics.record_retries(batch.topic, batch.record_count)
-            else:
-                # a timeout or a lost connection leaves unknown whether the broker wrote the batch
-                self._fail_batch(batch, exc, isinstance(exc, (RequestTimedOutError, NetworkError)),
-                                 adjust_sequences=batch.attempts < self.retries)
-            if exc.invalid_metadata:
-                self.metadata.request_update()
-            return
-        if error == DuplicateSequenceNumberError.code:
-            # Apache Kafka acknowledges a duplicate with the original offset; some brokers answer 46
-            log.debug("duplicate sequence for %s-%s counted as success", batch.topic, batch.partition)
-        self._remove_in_flight(batch)
-        if txn is not None:
-            txn.handle_completed_batch(batch, base_offset)
-        if batch.done(base_offset, log_append_time, None):
-            self.metrics.record_success(batch.record_count, batch.estimated_size())
-        self.accumulator.deallocate(batch)
+        exc = error_for_code(error, message)
+        if self._can_retry(batch, exc, log_start_offset, now):
+            log.warning("produce to %s-%s failed with %s; retrying (attempt %d)",
+                        batch.topic, batch.partition, exc.name, batch.attempts + 1)
+            self._remove_in_flight(batch)
+            self.accumulator.reenqueue(batch, now)
+            self.metrics.record_retries(batch.topic, batch.record_count)
+        else:
+            # a timeout or a lost connection leaves unknown whether the broker wrote the batch
+            self._fail_batch(batch, exc, isinstance(exc, (RequestTimedOutError, NetworkError)),
+                             adjust_sequences=batch.attempts < self.retries)
+        if exc.invalid_metadata:
+            self.metadata.request_update()
 
-    def _complete_acked(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> int:
-        """:meth:`_complete_batch` for a batch the broker wrote (no error): returns its size when this
-        completed it (the caller records the successes of a response at once), 0 when it was done already."""
-        if self.guarantee_message_order:
-            self.accumulator.unmute(batch.tp)
-        in_flight = self._in_flight_batches.get(batch.tp)
-        if in_flight:
-            if in_flight[0] is batch:
-                del in_flight[0]
-            else:
-                try:
-                    in_flight.remove(batch)
-                except ValueError:
-                    pass
+    def _complete_acked(self, acked: List[Tuple[ProducerBatch, int, int]]) -> None:
+        """Complete batches the broker wrote: (batch, base offset, log append time), in response order. The
+        transaction manager's, the accumulator's and the buffer pool's locks are taken once for all of them
+        (not once per batch), and their successes recorded in one step. A batch done already (it expired
+        while in flight) is released, not completed again."""
+        unmute = self.accumulator.unmute if self.guarantee_message_order else None
+        in_flight_by_tp = self._in_flight_batches
+        for batch, _base, _t in acked:
+            if unmute is not None:
+                unmute(batch.tp)
+            in_flight = in_flight_by_tp.get(batch.tp)
+            if in_flight:
+                if in_flight[0] is batch:
+                    del in_flight[0]
+                else:
+                    try:
+                        in_flight.remove(batch)
+                    except ValueError:
+                        pass
         txn = self.txn
         if txn is not None:
-            txn.handle_completed_batch(batch, base_offset)
-        size = batch.estimated_size() if batch.done(base_offset, log_append_time, None) else 0
-        self.accumulator.deallocate(batch)
-        return size
+            txn.handle_completed_batches([(batch, base) for batch, base, _t in acked])
+        records = size = 0
+        for batch, base, log_append_time in acked:
+            if batch.done(base, log_append_time, None):
+                records += batch.record_count
+                size += batch.estimated_size()
+        self.accumulator.deallocate_batches([batch for batch, _base, _t in acked])
+        if records:
+            self.metrics.record_success(records, size)
 
     def _can_retry(self, batch: ProducerBatch, exc: KafkaError, log_start_offset: int, now: float) -> bool:
         if batch.is_done() or batch.attempts >= self.retries:

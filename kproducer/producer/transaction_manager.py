@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 import threading
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple, Type, Union
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, Type, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
@@ -925,8 +925,14 @@ class TransactionManager:
             self._idempotence.remove_in_flight(batch)
 
     def handle_completed_batch(self, batch: ProducerBatch, base_offset: int) -> None:
+        self.handle_completed_batches(((batch, base_offset),))
+
+    def handle_completed_batches(self, completed: Iterable[Tuple[ProducerBatch, int]]) -> None:
+        """The broker wrote these batches, at these base offsets (a produce response's): one take of the lock."""
         with self._lock:
-            self._idempotence.handle_completed_batch(batch, base_offset)
+            handle = self._idempotence.handle_completed_batch
+            for batch, base_offset in completed:
+                handle(batch, base_offset)
 
     def handle_failed_batch(self, batch: ProducerBatch, error: BaseException, sequence_unknown: bool,
                             queued: List[ProducerBatch]) -> None:

@@ -408,6 +408,11 @@ class Api:
         self._codec("request", version)[0](out, body)
         return bytes(out)
 
+    def encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
+        """The request body as a list of byte strings to be joined (an API whose body carries large buffers
+        gives them as they are, so that the request is copied once, header and all)."""
+        return [self.encode_request(version, body)]
+
     def decode_request(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
         return _decode_all(self._codec("request", version)[1], data, pos, f"{self.name} v{version} request")
 

@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 from ..clock import Clock, FakeClock
+from ..network.transport import Payload
 from ..protocol import messages as m
 from ..protocol.errors import (
     NO_ERROR,
@@ -295,7 +296,9 @@ class ScriptedTransport:
     def channel_ids(self) -> List[int]:
         return list(self._conns)
 
-    def send(self, node_id: int, payload: bytes) -> None:
+    def send(self, node_id: int, payload: Payload) -> None:
+        if not isinstance(payload, (bytes, bytearray)):  # a frame in parts (a Produce request's batches)
+            payload = b"".join(payload)
         with self._cond:
             conn = self._conns.get(node_id)
             if conn is None or conn.state != "connected":

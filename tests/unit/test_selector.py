@@ -10,7 +10,8 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from kproducer.network.selector import FrameError, FrameReader, Selector
+from kproducer.network.selector import FrameError, FrameReader, Selector, _frame, _unwritten
+from kproducer.producer.buffer_pool import in_use
 
 
 def frame(payload: bytes) -> bytes:
@@ -205,6 +206,65 @@ def test_large_frames_both_ways(sel: Selector, server: Server) -> None:
     server.conn.sendall(frame(big))
     res.until(sel, lambda: len(res.receives) == 1, timeout=10)
     assert res.receives[0][1] == big
+
+
+def test_frames_in_parts_are_written_in_order_without_joining(sel: Selector, server: Server) -> None:
+    """A frame given as buffers (a Produce request's header and batch views) arrives as their concatenation,
+    behind one size prefix, also when the socket takes it in several partial sendmsg writes."""
+    res = connected(sel, server)
+    sel._channels[1].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # partial writes
+    store = bytearray(bytes(range(256)) * 1000)
+    parts: List[object] = [b"head", memoryview(store)[10:200_000], bytearray(b"mid"), memoryview(b""),
+                           memoryview(store)[200_000:], b"tail"]
+    expected = b"".join(bytes(p) for p in parts)  # type: ignore[call-overload]
+    sel.send(1, parts)  # type: ignore[arg-type]
+    sel.send(1, [b"a", b"b"])
+    sel.send(1, b"plain")
+    got: List[bytes] = []
+
+    def read() -> None:
+        for _ in range(3):
+            got.append(server.recv_frame())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    # (the selector keeps reporting a completed send until its caller takes it: poll until all is read)
+    res.until(sel, lambda: not reader.is_alive(), timeout=20)
+    assert got == [expected, b"ab", b"plain"]
+    assert sel.completed_sends.count(1) == 3
+
+
+def test_a_frame_in_parts_keeps_its_bytes_when_the_lent_view_is_released(sel: Selector, server: Server) -> None:
+    """docs/design.md, buffer ownership: a batch that finishes while its frame is still being written releases
+    the view it lent; the frame holds views of its own, so the release succeeds, the buffer stays exported (the
+    BufferPool drops it instead of reusing it) and the frame is written unchanged."""
+    res = connected(sel, server)
+    sel._channels[1].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    pool_buffer = bytearray(bytes(range(256)) * 16384)  # 4 MiB: more than the socket takes at once
+    expected = bytes(pool_buffer)
+    lent = memoryview(pool_buffer)
+    sel.send(1, [b"head", lent])
+    assert sel._channels[1].has_pending_writes()  # partly written
+    lent.release()  # the batch finished (e.g. expired in flight): ProducerBatch.release()
+    assert in_use(pool_buffer)  # so BufferPool.deallocate() drops it rather than reusing it
+    got: List[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(server.recv_frame()), daemon=True)
+    reader.start()
+    res.until(sel, lambda: not reader.is_alive(), timeout=20)
+    assert got == [b"head" + expected]
+
+
+def test_what_is_left_of_a_frame_in_parts_after_a_partial_write() -> None:
+    data = b"0123456789"
+    views = [memoryview(data[:3]), memoryview(data[3:4]), memoryview(data[4:])]
+    for n in range(len(data) + 1):
+        rest = _unwritten(list(views), n)
+        assert b"".join(bytes(v) for v in rest) == data[n:]
+        assert all(v.nbytes for v in rest)  # no empty view left at the front
+    frame_views = _frame([b"ab", memoryview(b"cde")], tls=False)
+    assert isinstance(frame_views, list) and b"".join(bytes(v) for v in frame_views) == frame(b"abcde")
+    joined = _frame([b"ab", memoryview(b"cde")], tls=True)  # TLS sockets have no sendmsg: one buffer
+    assert isinstance(joined, memoryview) and bytes(joined) == frame(b"abcde")
 
 
 @pytest.mark.parametrize("size", [-1, -2147483648, 1024 * 1024 + 1, 2147483647])

@@ -98,6 +98,19 @@ def test_crc32c_identical() -> None:
         assert speedups.crc32c(memoryview(data)[1:]) == _crcmod(data[1:])
 
 
+def test_crc32c_identical_around_the_interleaved_block_sizes() -> None:
+    """The SSE4.2 path runs three streams over blocks of 3 x 2048 and 3 x 256 bytes and combines them:
+    lengths at and around those sizes, from every alignment, continuing a CRC, give the reference CRC."""
+    assert speedups is not None
+    rng = random.Random(11)
+    for n in (255, 256, 257, 767, 768, 769, 6143, 6144, 6145, 6144 + 768, 16384 - 61, 16384, 3 * 6144 + 7):
+        data = rng.randbytes(n + 8)
+        for offset in range(8):
+            chunk = data[offset:offset + n]
+            assert speedups.crc32c(memoryview(data)[offset:offset + n]) == _crcmod(chunk)
+        assert speedups.crc32c(data[n // 2:], speedups.crc32c(data[:n // 2])) == _crcmod(data)
+
+
 def test_extend_matches_one_by_one_appends() -> None:
     rng = random.Random(11)
     records = [_random_record(rng) for _ in range(300)]

@@ -6,7 +6,7 @@ layer's job).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import primitives as p
 from ..errors import ProtocolError
@@ -58,6 +58,17 @@ def encode_request(
     api: Api, version: int, correlation_id: int, client_id: Optional[str], body: Dict[str, Any]
 ) -> bytes:
     """Header (v1, or v2 for flexible versions) followed by the body. No size prefix."""
+    parts = encode_request_parts(api, version, correlation_id, client_id, body)
+    if len(parts) == 2:
+        return bytes(parts[0] + parts[1])
+    return b"".join(parts)
+
+
+def encode_request_parts(
+    api: Api, version: int, correlation_id: int, client_id: Optional[str], body: Dict[str, Any]
+) -> List[Any]:
+    """:func:`encode_request` as a list of buffers to be joined (or written in order): the header, then the
+    body's parts (a Produce request's batches as they are, not copied)."""
     out = bytearray()
     p.write_int16(out, api.key)
     p.write_int16(out, version)
@@ -65,7 +76,9 @@ def encode_request(
     p.write_nullable_string(out, client_id)  # the client id stays a non-compact string in header v2
     if api.request_header_version(version) >= 2:
         p.write_tagged_fields(out, [])
-    return bytes(out) + api.encode_request(version, body)
+    parts = api.encode_request_parts(version, body)
+    parts.insert(0, bytes(out))
+    return parts
 
 
 def decode_request_header(data: bytes) -> Tuple[RequestHeader, Optional[Api], int]:
@@ -141,6 +154,7 @@ __all__ = [
     "decode_response",
     "decode_response_header",
     "encode_request",
+    "encode_request_parts",
     "encode_response",
     "negotiate_version",
     "register",

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from ..accel import speedups
 from ..schema import Api, Field, Struct
 
 # --------------------------------------------------------------------------------------------
@@ -79,12 +80,21 @@ class ProduceApi(Api):
         self._fast_cache: Dict[Any, Any] = {}
 
     def encode_request(self, version: int, body: Dict[str, Any]) -> bytes:
+        return b"".join(self.encode_request_parts(version, body))
+
+    def encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         if not 3 <= version <= 11:
-            return super().encode_request(version, body)
-        try:
-            return b"".join(self._encode_request_parts(version, body))
-        except _Fallback:
-            return super().encode_request(version, _join_record_parts(body))
+            return [super().encode_request(version, body)]
+        if speedups is not None:  # the compiled twin (fewer, larger parts; the same bytes)
+            parts: Optional[List[Any]] = speedups.encode_produce_request(version, body)
+            if parts is not None:
+                return parts
+        else:
+            try:
+                return self._encode_request_parts(version, body)
+            except _Fallback:
+                pass
+        return [super().encode_request(version, _join_record_parts(body))]
 
     def _encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         """The request body as a list of byte strings (the records as given: bytes or memoryviews of the
@@ -168,12 +178,19 @@ class ProduceApi(Api):
     def decode_response(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
         if 3 <= version <= 11:
             try:
-                return self._decode_response_fast(version, data, pos)
+                if speedups is None:
+                    return self._decode_response_fast(version, data, pos)
+                # its compiled twin (None: not the common case)
+                part, mutable, top = self._partition_defaults(version)
+                decoded: Optional[Dict[str, Any]] = speedups.decode_produce_response(data, pos, version, part,
+                                                                                     mutable, top)
+                if decoded is not None:
+                    return decoded
             except Exception:  # anything unusual or malformed: the generic decoder decides (and raises)
                 pass
         return super().decode_response(version, data, pos)
 
-    def _partition_defaults(self, version: int) -> Tuple[Dict[str, Any], List[str], Dict[str, Any]]:
+    def _partition_defaults(self, version: int) -> Tuple[Dict[str, Any], Tuple[str, ...], Dict[str, Any]]:
         """What the generic decoder puts in a partition response and in the response besides the fields the
         fast path reads (defaults of absent and tagged fields), from decoding a minimal response once."""
         key = ("fast-defaults", version)
@@ -184,8 +201,8 @@ class ProduceApi(Api):
             decoded = super().decode_response(version, super().encode_response(version, sample))
             part = decoded["responses"][0]["partition_responses"][0]
             # defaults made of lists and dicts are copied per decode (flat ones by a shallow copy)
-            mutable = [k for k, v in part.items() if isinstance(v, (list, dict))
-                       and k != "record_errors" or (k == "record_errors" and version < 8)]
+            mutable = tuple(k for k, v in part.items() if isinstance(v, (list, dict))
+                            and k != "record_errors" or (k == "record_errors" and version < 8))
             assert all(_is_flat(part[k]) for k in mutable)
             top = {k: v for k, v in decoded.items() if k not in ("responses", "throttle_time_ms")}
             assert all(_is_flat(v) for v in top.values() if isinstance(v, (list, dict)))

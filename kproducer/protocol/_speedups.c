@@ -1891,6 +1891,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *value; /* the result, handed over once */
+    int yield_first; /* a bare yield first (the task goes round the loop once), then the result */
 } AioDone;
 
 static PyTypeObject *aio_future_type, *aio_run_type, *aio_slot_type, *aio_batch_type, *aio_meta_type;
@@ -1900,17 +1901,10 @@ static Py_ssize_t aio_run_extra, aio_run_segs, aio_run_starts, aio_run_sizes, ai
 static PyObject *str_aio_await;
 #define AIO_AT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
-static void AioDone_dealloc(AioDone *self) {
-    Py_XDECREF(self->value);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *AioDone_next(AioDone *self) {
-    PyObject *v = self->value;
-    if (v == NULL) return NULL; /* (exhausted: StopIteration without a value) */
-    self->value = NULL;
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
-    Py_DECREF(v);
+/* StopIteration(rec) raised (rec released); NULL */
+static PyObject *aio_ready_stop(PyObject *rec) {
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, rec);
+    Py_DECREF(rec);
     if (exc != NULL) {
         PyErr_SetObject(PyExc_StopIteration, exc);
         Py_DECREF(exc);
@@ -1918,9 +1912,48 @@ static PyObject *AioDone_next(AioDone *self) {
     return NULL;
 }
 
+/* throw(exc) / throw(type[, value[, tb]]): raises the exception, as a finished generator's or a just-started
+ * coroutine's (AioDone, AioReady) */
+static PyObject *aio_throw_args(PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument, at most 3");
+        return NULL;
+    }
+    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException");
+    }
+    return NULL;
+}
+
+static void AioDone_dealloc(AioDone *self) {
+    Py_XDECREF(self->value);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *AioDone_next(AioDone *self) {
+    if (self->yield_first) {
+        self->yield_first = 0;
+        Py_RETURN_NONE;
+    }
+    PyObject *v = self->value;
+    if (v == NULL) return NULL; /* (exhausted: StopIteration without a value) */
+    self->value = NULL;
+    return aio_ready_stop(v);
+}
+
 #if PY_VERSION_HEX >= 0x030A0000
 static PySendResult AioDone_send(AioDone *self, PyObject *arg, PyObject **result) {
     (void)arg;
+    if (self->yield_first) {
+        self->yield_first = 0;
+        *result = Py_NewRef(Py_None);
+        return PYGEN_NEXT;
+    }
     if (self->value == NULL) {
         Py_INCREF(Py_None);
         *result = Py_None;
@@ -1937,32 +1970,21 @@ static PyObject *AioDone_send_method(AioDone *self, PyObject *arg) {
     return AioDone_next(self);
 }
 
-/* throw(exc) / throw(type[, value[, tb]]): as a finished generator's, raises the exception */
 static PyObject *AioDone_throw(AioDone *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
-        return NULL;
-    }
     Py_CLEAR(self->value);
-    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    } else if (PyExceptionClass_Check(typ)) {
-        PyErr_SetObject(typ, val);
-    } else {
-        PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
-    }
-    return NULL;
+    self->yield_first = 0;
+    return aio_throw_args(args, nargs);
 }
 
 static PyObject *AioDone_close(AioDone *self, PyObject *unused) {
     (void)unused;
     Py_CLEAR(self->value);
+    self->yield_first = 0;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef AioDone_methods[] = {
-    {"send", (PyCFunction)AioDone_send_method, METH_O, "send(value): finishes with the result (StopIteration)."},
+    {"send", (PyCFunction)AioDone_send_method, METH_O, "send(value): finishes with the result (StopIteration), after a bare yield when one is due."},
     {"throw", (PyCFunction)(void (*)(void))AioDone_throw, METH_FASTCALL, "throw(exc): raises exc."},
     {"close", (PyCFunction)AioDone_close, METH_NOARGS, "close()."},
     {NULL, NULL, 0, NULL},
@@ -1980,7 +2002,7 @@ static PyTypeObject AioDoneType = {
     .tp_basicsize = sizeof(AioDone),
     .tp_dealloc = (destructor)AioDone_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A finished await: gives its value once.",
+    .tp_doc = "A finished await: gives its value once (after one bare yield when one is due).",
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)AioDone_next,
     .tp_methods = AioDone_methods,
@@ -2072,20 +2094,18 @@ static PyObject *aio_fast_meta(AioFuture *self) {
     return meta;
 }
 
-static PyObject *aio_await_yield(PyObject *meta); /* (the aiosend section below) */
+static int aio_await_yield(void); /* (the aiosend section below) */
 
 static PyObject *AioFuture_await(PyObject *op) {
     PyObject *meta = aio_fast_meta((AioFuture *)op);
     if (meta != NULL) {
-        PyObject *y = aio_await_yield(meta);
-        if (y != Py_None) return y; /* (a new iterator that yields once first, or NULL on error) */
-        Py_DECREF(y);
         AioDone *it = PyObject_New(AioDone, &AioDoneType);
         if (it == NULL) {
             Py_DECREF(meta);
             return NULL;
         }
         it->value = meta;
+        it->yield_first = aio_await_yield();
         return (PyObject *)it;
     }
     if (PyErr_Occurred()) return NULL;
@@ -2322,16 +2342,6 @@ static PyObject *aio_ready_take(AioReady *self, PyObject *arg) {
     return rec;
 }
 
-static PyObject *aio_ready_stop(PyObject *rec) {
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, rec);
-    Py_DECREF(rec);
-    if (exc != NULL) {
-        PyErr_SetObject(PyExc_StopIteration, exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
-}
-
 static PyObject *AioReady_next(AioReady *self) {
     PyObject *rec = aio_ready_take(self, NULL);
     return rec == NULL ? NULL : aio_ready_stop(rec);
@@ -2352,24 +2362,6 @@ static PySendResult AioReady_am_send(AioReady *self, PyObject *arg, PyObject **r
 static PyObject *AioReady_send(AioReady *self, PyObject *arg) {
     PyObject *rec = aio_ready_take(self, arg);
     return rec == NULL ? NULL : aio_ready_stop(rec);
-}
-
-/* throw(exc) / throw(type[, value[, tb]]): as a just-started coroutine's, raises the exception (the coroutine
- * is finished then; the record stays staged) */
-static PyObject *aio_throw_args(PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 1 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument, at most 3");
-        return NULL;
-    }
-    PyObject *typ = args[0], *val = nargs > 1 ? args[1] : Py_None;
-    if (PyExceptionInstance_Check(typ)) {
-        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
-    } else if (PyExceptionClass_Check(typ)) {
-        PyErr_SetObject(typ, val);
-    } else {
-        PyErr_SetString(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException");
-    }
-    return NULL;
 }
 
 static PyObject *AioReady_throw(AioReady *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -2571,112 +2563,20 @@ static PyObject *aio_nogc(PyObject *mod, PyObject *arg) {
 static double aio_yield_s = 0.001, aio_yield_deadline, aio_yield_last;
 static unsigned aio_await_n;
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *value; /* the metadata, given on the second step */
-    int yielded;
-} AioYield;
-
-static void AioYield_dealloc(AioYield *self) {
-    Py_XDECREF(self->value);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *AioYield_next(AioYield *self) {
-    if (!self->yielded) {
-        self->yielded = 1;
-        Py_RETURN_NONE; /* (the bare yield: the task goes round the loop once) */
-    }
-    PyObject *v = self->value;
-    if (v == NULL) return NULL;
-    self->value = NULL;
-    return aio_ready_stop(v);
-}
-
-#if PY_VERSION_HEX >= 0x030A0000
-static PySendResult AioYield_am_send(AioYield *self, PyObject *arg, PyObject **result) {
-    (void)arg;
-    if (!self->yielded) {
-        self->yielded = 1;
-        *result = Py_NewRef(Py_None);
-        return PYGEN_NEXT;
-    }
-    if (self->value == NULL) {
-        *result = Py_NewRef(Py_None);
-        return PYGEN_RETURN;
-    }
-    *result = self->value;
-    self->value = NULL;
-    return PYGEN_RETURN;
-}
-#endif
-
-static PyObject *AioYield_send(AioYield *self, PyObject *arg) {
-    (void)arg;
-    return AioYield_next(self);
-}
-
-static PyObject *AioYield_throw(AioYield *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_CLEAR(self->value);
-    self->yielded = 1;
-    return aio_throw_args(args, nargs);
-}
-
-static PyObject *AioYield_close(AioYield *self, PyObject *unused) {
-    (void)unused;
-    Py_CLEAR(self->value);
-    self->yielded = 1;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef AioYield_methods[] = {
-    {"send", (PyCFunction)AioYield_send, METH_O, "send(value): yields once, then finishes with the result."},
-    {"throw", (PyCFunction)(void (*)(void))AioYield_throw, METH_FASTCALL, "throw(exc): raises exc."},
-    {"close", (PyCFunction)AioYield_close, METH_NOARGS, "close()."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyAsyncMethods AioYield_async = {
-#if PY_VERSION_HEX >= 0x030A0000
-    .am_send = (sendfunc)AioYield_am_send,
-#endif
-};
-
-static PyTypeObject AioYieldType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kproducer.protocol._speedups.AioYield",
-    .tp_basicsize = sizeof(AioYield),
-    .tp_dealloc = (destructor)AioYield_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The await of a done record that yields to the loop once first.",
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)AioYield_next,
-    .tp_methods = AioYield_methods,
-    .tp_as_async = &AioYield_async,
-};
-
-/* Py_None (a new reference): no yield due, the caller gives meta at once; else a new AioYield owning meta (or
- * NULL on error, meta released). */
-static PyObject *aio_await_yield(PyObject *meta) {
-    if ((++aio_await_n & 31) != 0) Py_RETURN_NONE;
+/* 1 when the compiled await of a done record should yield to the loop once first (see above), else 0. */
+static int aio_await_yield(void) {
+    if ((++aio_await_n & 31) != 0) return 0;
     struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) Py_RETURN_NONE;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
     double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9, last = aio_yield_last;
     aio_yield_last = now;
     if (now - last > aio_yield_s) { /* (suspended since the last check: a fresh step) */
         aio_yield_deadline = now + aio_yield_s;
-        Py_RETURN_NONE;
+        return 0;
     }
-    if (now < aio_yield_deadline) Py_RETURN_NONE;
+    if (now < aio_yield_deadline) return 0;
     aio_yield_deadline = now + aio_yield_s;
-    AioYield *it = PyObject_New(AioYield, &AioYieldType);
-    if (it == NULL) {
-        Py_DECREF(meta);
-        return NULL;
-    }
-    it->value = meta;
-    it->yielded = 0;
-    return (PyObject *)it;
+    return 1;
 }
 
 /* aio_yield_after(seconds): how long awaiting done records may run before one of them yields (aio.YIELD_AFTER_S) */
@@ -2701,7 +2601,7 @@ static int aiosend_module_init(PyObject *mod) {
     if ((str_aio_hot = PyUnicode_InternFromString("_hot")) == NULL ||
         (str_aio_keyless_run = PyUnicode_InternFromString("_keyless_run")) == NULL)
         return -1;
-    if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0 || PyType_Ready(&AioYieldType) < 0)
+    if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0)
         return -1;
     Py_INCREF(&AioReadyType);
     if (PyModule_AddObject(mod, "AioReady", (PyObject *)&AioReadyType) < 0) {

@@ -13,7 +13,7 @@ import gc
 import inspect
 import sys
 import warnings
-from typing import Any, Awaitable, Callable, List, Optional
+from typing import Any, Awaitable, Callable, List, Optional, Tuple
 
 import pytest
 
@@ -257,17 +257,23 @@ def test_the_hot_path_allocates_nothing_the_cyclic_gc_counts() -> None:
     assert awaited < n // 16, awaited
 
 
+async def _start_turn_counter() -> Tuple[List[int], "asyncio.Future[None]"]:
+    """A task that counts the loop iterations it gets (turns[0]); started and run once."""
+    turns = [0]
+
+    async def other() -> None:
+        while True:
+            turns[0] += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other())
+    await asyncio.sleep(0)
+    return turns, task
+
+
 def test_a_task_sending_in_a_tight_loop_lets_another_task_run() -> None:
     async def body(p: AsyncProducer, transport: kt.ScriptedTransport) -> None:
-        turns = [0]
-
-        async def other() -> None:
-            while True:
-                turns[0] += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.ensure_future(other())
-        await asyncio.sleep(0)
+        turns, task = await _start_turn_counter()
         start = turns[0]
         n = 3 * YIELD_EVERY
         futs = [await p.send(TOPIC, b"v") for _ in range(n)]
@@ -290,15 +296,7 @@ def test_awaiting_many_done_records_lets_another_task_run() -> None:
         futs = [await p.send(TOPIC, b"v") for _ in range(n)]
         await p.flush()
         assert all(f.done() for f in futs)
-        turns = [0]
-
-        async def other() -> None:
-            while True:
-                turns[0] += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.ensure_future(other())
-        await asyncio.sleep(0)
+        turns, task = await _start_turn_counter()
         start = turns[0]
         metas = []
         for f in futs:

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from kproducer.protocol import messages as m
 from kproducer.protocol.accel import speedups
-from kproducer.protocol.messages.produce import _join_record_parts
 from kproducer.protocol.errors import ProtocolError
+from kproducer.protocol.messages.produce import _join_record_parts
 from kproducer.protocol.schema import Api, SchemaError
 
 PRODUCE = m.PRODUCE

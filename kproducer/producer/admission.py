@@ -31,7 +31,7 @@ with the same helpers for its error messages, and the tests run every invalid in
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import (
     BrokerResponseError,
@@ -39,6 +39,7 @@ from ..errors import (
     MessageTooLargeError,
     SerializationError,
 )
+from ..protocol.accel import speedups
 from ..protocol.records import RecordBatchBuilder
 from ..serialization import SerializeFn, serialize_fn
 from .interceptors import Interceptors
@@ -176,6 +177,17 @@ def _longest(items: Sequence[Optional[bytes]]) -> int:
         return max((len(x) for x in items if x is not None), default=0)
 
 
+def _bytes_longest_py(items: Sequence[Any]) -> int:
+    """The length of the longest item when every item is ``bytes`` or None (None counts as 0), else -1."""
+    if not set(map(type, items)) <= _BYTES_OR_NONE:  # (one pass in C)
+        return -1
+    return _longest(items)
+
+
+#: send_batch()'s check of a column of keys or values: compiled (one pass), else the Python twin (two)
+bytes_longest: Callable[[Sequence[Any]], int] = getattr(speedups, "bytes_longest", None) or _bytes_longest_py
+
+
 class RecordAdmission:
     """A producer's admission state and rules: its serializers, interceptors and partitioner, the size bound,
     the key-hash cache and the sticky state. Producer.send() and send_batch() both go through it."""
@@ -262,7 +274,7 @@ class RecordAdmission:
             for x, h in zip(items, headers):
                 out.append(serialized(what, fn, topic, x, h))  # type: ignore[arg-type]
             return out
-        if set(map(type, items)) <= _BYTES_OR_NONE:  # (one pass in C)
+        if bytes_longest(items) >= 0:
             return items
         # convert bytearray/memoryview, or raise a helpful TypeError
         return [x if x is None or type(x) is bytes else to_bytes(what, x) for x in items]
@@ -272,7 +284,9 @@ class RecordAdmission:
         """Step 7 for every record; the index of the first one too large is in the message."""
         limit = self.max_request_size - RECORD_OVERHEAD - BOUND_EXTRA
         if headers is None:
-            if _longest(values) + (_longest(keys) if keys is not None else 0) <= limit:
+            longest_value = bytes_longest(values)
+            longest_key = bytes_longest(keys) if keys is not None else 0
+            if 0 <= longest_value and 0 <= longest_key and longest_value + longest_key <= limit:
                 return  # even the longest key with the longest value fits
         for i in range(len(values)):
             size = record_size(keys[i] if keys is not None else None, values[i],

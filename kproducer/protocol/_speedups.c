@@ -1058,6 +1058,29 @@ static PyObject *column_max_length(PyObject *module, PyObject *arg) {
 }
 
 
+/* bytes_longest(items) -> the length of the longest item when every item is bytes or None (None counts as 0),
+ * else -1: send_batch()'s type check and its max.request.size bound in one pass (a list or tuple as it is, any
+ * other iterable through a list) */
+static PyObject *bytes_longest(PyObject *module, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "bytes_longest() takes a sequence");
+    if (seq == NULL) return NULL;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t best = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = items[i];
+        if (PyBytes_CheckExact(x)) {
+            Py_ssize_t len = PyBytes_GET_SIZE(x);
+            if (len > best) best = len;
+        } else if (x != Py_None) {
+            best = -1;
+            break;
+        }
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(best);
+}
+
 /*
  * column_partitions(keys, num_partitions) -> ([(partition, int32 row indices as bytes), ...], null rows as bytes)
  * murmur2 of each non-null key (Java's toPositive(murmur2(key)) % num_partitions), rows grouped by partition in
@@ -3149,6 +3172,8 @@ static PyMethodDef methods[] = {
     {"extend_columns", (PyCFunction)(void (*)(void))extend_columns, METH_FASTCALL,
      "Append rows of binary columns to a batch until it is full; returns the next position."},
     {"column_max_length", column_max_length, METH_O, "Length of the longest non-null row of a binary column."},
+    {"bytes_longest", bytes_longest, METH_O,
+     "Length of the longest item of a sequence of bytes or None; -1 if another type is there."},
     {"column_partitions", (PyCFunction)(void (*)(void))column_partitions, METH_FASTCALL,
      "Rows of a key column grouped by murmur2 partition, and the rows with a null key."},
     {NULL, NULL, 0, NULL},

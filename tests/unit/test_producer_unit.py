@@ -406,6 +406,21 @@ def test_send_batch_checks_every_record_before_queuing_any(env: Env) -> None:
     assert p.send_batch("t", [], partition=1).get(1) == []
 
 
+def test_send_batch_bounds_the_longest_key_and_value_together(env: Env) -> None:
+    """Each key and each value fits max.request.size alone; the record with both does not (the bound is on
+    the sum), and a record with the longest value but a short key still goes."""
+    p = env.producer(max_request_size=10_000)
+    half = b"x" * 6_000
+    with pytest.raises(MessageTooLargeError, match="Record 1 "):
+        p.send_batch("t", [b"a", half, b"c"], keys=[half, half, None])
+    with pytest.raises(MessageTooLargeError, match="Record 0 "):
+        p.send_batch("t", [half], keys=(half,))  # a tuple, as a list
+    assert p._accumulator.queued_batches() == 0
+    fut = p.send_batch("t", [half, bytearray(b"b"), None], keys=[b"k", None, half], partition=0)
+    p.flush()
+    assert [md.offset for md in fut.get(5)] == [0, 1, 2]
+
+
 @pytest.mark.parametrize("topic", ["a b", ".", "..", "x" * 250, "tópico"])
 def test_an_illegal_topic_name_fails_at_once_not_after_max_block_ms(env: Env, topic: str) -> None:
     from kproducer.errors import InvalidTopicError

@@ -153,3 +153,22 @@ def test_builder_bytes_identical_into_reused_buffers() -> None:
             assert py._try_append_py(*rec) == c.try_append(*rec)
         assert py._len == c._len and len(py._buf) == len(c._buf)
         assert py.build(7, 1, 3) == c.build(7, 1, 3)
+
+
+def test_bytes_longest_matches_its_python_twin() -> None:
+    from kproducer.producer.admission import _bytes_longest_py, bytes_longest
+
+    assert bytes_longest is speedups.bytes_longest
+    rng = random.Random(7)
+    cases: List[object] = [
+        [], (), [None], [b""], [b"a", None, b"abc"], (b"xy", b"z"), [b"a"] * 3 + [b"b" * 300],
+        [b"a", "text"], [b"a", bytearray(b"abc")], [memoryview(b"ab")], [None, 1], ["str"],
+        range(0),  # a sequence that is neither a list nor a tuple: converted
+        [rng.randbytes(rng.randint(0, 2000)) if rng.random() < 0.9 else None for _ in range(500)],
+    ]
+    for items in cases:
+        assert speedups.bytes_longest(items) == _bytes_longest_py(items), items  # type: ignore[arg-type]
+    assert speedups.bytes_longest([b"a", None, b"abc"]) == 3
+    assert speedups.bytes_longest([b"abc", "x"]) == -1
+    with pytest.raises(TypeError, match="takes a sequence"):
+        speedups.bytes_longest(3)

@@ -9,7 +9,9 @@ and CPU time belong to that client alone), each on a fresh 6-partition topic. Ev
 records of the same random payload as fast as its API allows and then flushes:
 
 - msg/s: N / (time from the first send call to flush() returning, i.e. all acknowledged)
-- CPU µs/record: process CPU time (all threads, user + system; time.process_time) over the same interval / N
+- CPU µs/record: process CPU time (all threads, user + system; time.process_time) over the same interval / N;
+  for kproducer rows a line under the table splits it into the network thread's share (its own CPU clock) and
+  the rest (the caller's thread)
 - peak RSS: ru_maxrss of the child (interpreter + library + producer, MB)
 - verified: the topic's end offsets (read with kafka-python) add up to N
 
@@ -105,6 +107,23 @@ def _rss_now_mb() -> float:
         return float("nan")
 
 
+class _ThreadCpu:
+    """CPU time of one thread (the producer's network thread), read from another: Linux's per-thread CPU clock;
+    None where the platform has none."""
+
+    def __init__(self, thread: Any) -> None:
+        get = getattr(time, "pthread_getcpuclockid", None)
+        self.clock = get(thread.ident) if get is not None and thread is not None and thread.ident else None
+
+    def now(self) -> Optional[float]:
+        return time.clock_gettime(self.clock) if self.clock is not None else None
+
+
+def _net_cpu(start: Optional[float], end: Optional[float]) -> Dict[str, float]:
+    """The network thread's share of a row's CPU time, for the split under the table."""
+    return {} if start is None or end is None else {"net_cpu": end - start}
+
+
 def _idem(value: str) -> Optional[bool]:
     return None if value == "default" else value == "on"
 
@@ -127,6 +146,8 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
     p.partitions_for(args.topic)
     topic, n = args.topic, args.num
     rss_setup = _rss_now_mb()
+    net = _ThreadCpu(p._sender)
+    n0 = net.now()
     c0, t0 = time.process_time(), time.perf_counter()
     if args.mode == "batch":
         chunk = args.chunk
@@ -150,6 +171,7 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
             send(topic, payload)
     p.flush()
     t1, c1 = time.perf_counter(), time.process_time()
+    n1 = net.now()
     m = p.metrics()
     p.close()
     pool = getattr(p, "_pool", None)
@@ -157,7 +179,7 @@ def child_kproducer(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
                "dropped_in_use": pool.dropped_in_use} if hasattr(pool, "buffers_reused") else None)
     return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup,
             "errors": int(m.get("record-error-total", 0)), "idempotent": p.config.enable_idempotence,
-            "impl": IMPLEMENTATION, "buffer_pool": pooled}
+            "impl": IMPLEMENTATION, "buffer_pool": pooled, **_net_cpu(n0, n1)}
 
 
 def child_kafka_python(args: argparse.Namespace, payload: bytes) -> Dict[str, Any]:
@@ -281,15 +303,18 @@ def child_kproducer_aio(args: argparse.Namespace, payload: bytes) -> Dict[str, A
             send = p.send
             rss_setup = _rss_now_mb()
             gap = _LoopGap()
+            net = _ThreadCpu(p.producer._sender)
+            n0 = net.now()
             c0, t0 = time.process_time(), time.perf_counter()
             futs = [await send(topic, payload) for _ in range(n)]
             for f in futs:
                 await f
             t1, c1 = time.perf_counter(), time.process_time()
+            n1 = net.now()
             m = p.metrics()
             return {"elapsed": t1 - t0, "cpu": c1 - c0, "rss_setup_mb": rss_setup,
                     "errors": int(m.get("record-error-total", 0)), "idempotent": p.producer.config.enable_idempotence,
-                    "loop_wakeups": p.wakeups, **gap.stop()}
+                    "loop_wakeups": p.wakeups, **gap.stop(), **_net_cpu(n0, n1)}
 
     return asyncio.run(run())
 
@@ -477,6 +502,17 @@ def asyncio_summary(runs: List[Run], num: int) -> Optional[str]:
         text += (f"; aiokafka {num / other.result['elapsed']:,.0f} msg/s ({_loop_figures(other)}); "
                  f"AsyncProducer / aiokafka = {other.result['elapsed'] / mine['elapsed']:.1f}×")
     return text
+
+
+def cpu_split(runs: List[Run], num: int) -> Optional[str]:
+    """One line: each kproducer row's CPU per record split into the network thread's and the rest (the caller's
+    thread: send() or send_batch(), the event loop), from the best trial; None when no row measured it."""
+    parts = [f"{r.label} {(r.result['cpu'] - r.result['net_cpu']) * 1e6 / num:.2f} + "
+             f"{r.result['net_cpu'] * 1e6 / num:.2f}"
+             for r in runs if r.result is not None and "net_cpu" in r.result]
+    if not parts:
+        return None
+    return "kproducer CPU µs/record, caller's thread + network thread: " + "; ".join(parts)
 
 
 TLS_BASE = "kproducer send() [TLS]"
@@ -794,9 +830,9 @@ def parent_main(args: argparse.Namespace) -> int:
                 runs = plan(args.idempotence, not args.no_pure)
                 run_rows(select(runs, wanted), args, size, num, broker, broker.bootstrap, topic_name)
                 out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
-                summary = asyncio_summary(runs, num)
-                if summary:
-                    out.append(summary)
+                for summary in (asyncio_summary(runs, num), cpu_split(runs, num)):
+                    if summary:
+                        out.append(summary)
                 record(size, num, runs)
             codecs = [c for c in args.codecs.split(",") if c] if args.ncodec > 0 else []
             if codecs:

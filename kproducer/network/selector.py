@@ -178,6 +178,9 @@ class Selector:
         # protocol: say so, and fail fast
         self._peer_answered = False
         self._sel = selectors.DefaultSelector()
+        # every read lands here first (recv_into), and the frame reader copies it out: one buffer for the
+        # selector's life, instead of a 256 KiB bytes object made (mmap), shrunk (mremap) and freed per read
+        self._recv_view = memoryview(bytearray(_READ_CHUNK))
         self._channels: Dict[NodeId, KafkaChannel] = {}
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -398,13 +401,14 @@ class Selector:
     def _read(self, ch: KafkaChannel) -> None:
         sock = ch.sock
         tls = ch.tls
+        into = self._recv_view
         while True:
             try:
-                data = sock.recv(_READ_CHUNK)
+                n = sock.recv_into(into)
             except _WOULD_BLOCK:
                 return
             except _TLS_CLOSED:
-                data = b""
+                n = 0
             except _TLS_ERROR as e:
                 # TLS 1.3: a broker that refuses our certificate says so after the handshake, in an alert
                 if not ch.received_any:
@@ -419,9 +423,10 @@ class Selector:
             except OSError as e:
                 self._close_channel(ch, f"read failed: {e}")
                 return
-            if not data:
+            if not n:
                 self._closed_by_peer(ch, "connection closed by the broker")
                 return
+            data = into[:n]  # (the reader copies what it keeps: the buffer is read into again)
             if not ch.received_any:
                 ch.received_any = True
                 self._peer_answered = True
@@ -439,7 +444,7 @@ class Selector:
                 self.completed_receives.append((ch.node_id, frame))
             # TLS decrypts a record at a time and buffers the rest where the selector cannot see it: read
             # until the socket says it would block
-            if not tls and len(data) < _READ_CHUNK:
+            if not tls and n < _READ_CHUNK:
                 return
 
     def _closed_by_peer(self, ch: KafkaChannel, reason: str) -> None:

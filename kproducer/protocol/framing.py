@@ -9,7 +9,7 @@ anything proportional to it. The client's Selector takes every completed frame a
 from __future__ import annotations
 
 import struct
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from .errors import ProtocolError
 
@@ -43,8 +43,8 @@ class FrameReader:
             "the Kafka protocol or the data is corrupt"
         )
 
-    def feed(self, data: bytes) -> List[bytes]:
-        """Add bytes; return every frame completed by them."""
+    def feed(self, data: Union[bytes, bytearray, memoryview]) -> List[bytes]:
+        """Add bytes (copied: the caller may reuse ``data``'s buffer); return every frame completed by them."""
         # the client's receive path: locals and the literal prefix length (4) keep the loop lean
         buf = self._buf
         buf += data

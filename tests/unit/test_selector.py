@@ -2,6 +2,7 @@
 writes, hostile frame sizes, refused connections, peer close, partial writes, wakeup)."""
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import threading
@@ -206,6 +207,24 @@ def test_large_frames_both_ways(sel: Selector, server: Server) -> None:
     server.conn.sendall(frame(big))
     res.until(sel, lambda: len(res.receives) == 1, timeout=10)
     assert res.receives[0][1] == big
+
+
+def test_frames_spanning_many_reads_into_the_reused_receive_buffer_keep_their_bytes(sel: Selector,
+                                                                                     server: Server) -> None:
+    """Reads land in one buffer that the next read overwrites: every frame (random bytes, so no period can
+    hide a stale piece) is delivered as sent, whether it spans several reads or shares one with others."""
+    res = connected(sel, server)
+    rng = random.Random(5)
+    payloads = [rng.randbytes(n) for n in (700_000, 3, 300_000, 0, 262_140, 262_144, 1, 90_000)]
+    stream = b"".join(frame(p) for p in payloads)
+    sender = threading.Thread(target=server.conn.sendall, args=(stream,), daemon=True)
+    sender.start()
+    res.until(sel, lambda: len(res.receives) == len(payloads), timeout=20)
+    sender.join(10)
+    assert [p for _n, p in res.receives] == payloads
+    server.conn.sendall(frame(b"after"))  # the buffer is reused for the next read too
+    res.until(sel, lambda: len(res.receives) == len(payloads) + 1)
+    assert res.receives[-1][1] == b"after"
 
 
 def test_frames_in_parts_are_written_in_order_without_joining(sel: Selector, server: Server) -> None:

@@ -19,7 +19,6 @@ from ..protocol.records import (
 )
 from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
-from .metrics import max_record_size
 
 if TYPE_CHECKING:
     from .buffer_pool import BufferPool
@@ -39,12 +38,11 @@ class ProducerBatch:
         "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
-        "pool", "_view", "_largest",
+        "pool", "_view",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
                  reserved_bytes: int = 0) -> None:
-        self._largest = -1
         self.topic = topic
         self.partition = partition
         self.tp = (topic, partition)
@@ -268,18 +266,9 @@ class ProducerBatch:
             if pool is not None and self.closed and self.builder.compression != CODEC_NONE:
                 # compressed: the wire bytes are a separate object (cached in the builder for rebuilds), so the
                 # uncompressed pool buffer goes back now; the batch keeps a reservation of the compressed size
-                self.largest_record_size()  # (read while the uncompressed records are still there)
                 self.pool = None
                 self.reserved_bytes = pool.exchange(self.reserved_bytes, self.builder.detach_buffer(), len(built))
         return built
-
-    def largest_record_size(self) -> int:
-        """The size of the batch's largest record as encoded (length prefix included), for the
-        record-size-avg/max metrics; -1 once the uncompressed records are gone (read before that)."""
-        largest = self._largest
-        if largest < 0 and self.record_count:
-            largest = self._largest = max_record_size(self.builder._buf, self.record_count)
-        return largest
 
     def request_records(self) -> Union[bytes, Tuple[bytes, memoryview]]:
         """The batch for a produce request: for an uncompressed batch, its 61-byte header and a view of the

@@ -243,6 +243,7 @@ typedef struct {
     long long count;
     long long base_ts;
     long long max_ts;
+    Py_ssize_t max_rec; /* the largest record written (length prefix included), for record-size-avg/max */
 } RecordsBuffer;
 
 /* RecordsBuffer(capacity, buffer=None): buffer is a bytearray to write into (e.g. one from the BufferPool),
@@ -268,6 +269,7 @@ static int RecordsBuffer_init(RecordsBuffer *self, PyObject *args, PyObject *kwd
     self->count = 0;
     self->base_ts = -1;
     self->max_ts = -1;
+    self->max_rec = 0;
     return 0;
 }
 
@@ -338,6 +340,7 @@ static int append_one(RecordsBuffer *self, PyObject *ts_obj, long long ts, PyObj
         return d >= 0 ? 1 : 0;
     }
     self->len += n;
+    if (n > self->max_rec) self->max_rec = n;
     if (count == 0) {
         self->base_ts = self->max_ts = ts;
     } else if (ts > self->max_ts) {
@@ -451,6 +454,7 @@ static PyMemberDef RecordsBuffer_members[] = {
     {"_count", T_LONGLONG, offsetof(RecordsBuffer, count), 0, "records appended"},
     {"_base_ts", T_LONGLONG, offsetof(RecordsBuffer, base_ts), 0, "first timestamp"},
     {"_max_ts", T_LONGLONG, offsetof(RecordsBuffer, max_ts), 0, "largest timestamp"},
+    {"_max_rec", T_PYSSIZET, offsetof(RecordsBuffer, max_rec), 0, "size of the largest record (prefix included)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -738,46 +742,6 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
     return ~(uint32_t)c;
 }
 #endif
-
-/* The largest record of an encoded records section (records as RecordBatch v2 holds them: a zigzag varint
-   length, then the record), counting the length prefix: walks the first `count` length prefixes only. For the
-   record-size-max / -avg metrics (one call per batch on the network thread). -1 when the bytes end early. */
-static PyObject *max_record_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "max_record_size(records, count)");
-        return NULL;
-    }
-    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
-    if (count == -1 && PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t len = view.len, pos = 0, largest = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        uint64_t raw = 0;
-        int shift = 0;
-        Py_ssize_t start = pos;
-        for (;;) {
-            if (pos >= len || shift > 28) {
-                PyBuffer_Release(&view);
-                return PyLong_FromLong(-1);
-            }
-            unsigned char c = p[pos++];
-            raw |= (uint64_t)(c & 0x7f) << shift;
-            if (c < 0x80) break;
-            shift += 7;
-        }
-        Py_ssize_t body = (Py_ssize_t)(raw >> 1);
-        if ((raw & 1) || body > len - pos) {
-            PyBuffer_Release(&view);
-            return PyLong_FromLong(-1);
-        }
-        pos += body;
-        if (pos - start > largest) largest = pos - start;
-    }
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(largest);
-}
 
 static int use_hw_crc = 0;
 
@@ -3162,8 +3126,6 @@ static PyMethodDef methods[] = {
     {"aio_stage", (PyCFunction)(void (*)(void))aio_stage, METH_FASTCALL,
      "AsyncProducer.send()'s hot path: stage one more keyless record; None when it does not apply."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
-    {"max_record_size", (PyCFunction)(void (*)(void))max_record_size, METH_FASTCALL,
-     "The largest record's size (length prefix included) among the first count records of a records section."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
     {"encode_produce_request", (PyCFunction)(void (*)(void))encode_produce_request, METH_FASTCALL,
      "A Produce request body as buffers (as ProduceApi._encode_request_parts, the same bytes); None otherwise."},

@@ -253,7 +253,7 @@ class _RecordsBufferPy:
     """The encoded records of one batch: the pure-Python twin of ``_speedups.RecordsBuffer``, the
     base of :class:`RecordBatchBuilder` (the compiled one is used when it is available)."""
 
-    __slots__ = ("capacity", "_buf", "_len", "_count", "_base_ts", "_max_ts")
+    __slots__ = ("capacity", "_buf", "_len", "_count", "_base_ts", "_max_ts", "_max_rec")
 
     def __init__(self, capacity: int, buffer: Optional[bytearray] = None) -> None:
         #: soft limit on estimated_size(); the first record is accepted regardless
@@ -269,6 +269,8 @@ class _RecordsBufferPy:
         self._count = 0
         self._base_ts = NO_TIMESTAMP
         self._max_ts = NO_TIMESTAMP
+        #: the size of the largest record written, its length prefix included (record-size-avg/max)
+        self._max_rec = 0
 
     def _try_append_py(
         self,
@@ -340,6 +342,8 @@ class _RecordsBufferPy:
         else:
             self._base_ts = self._max_ts = timestamp_ms
         self._len = end
+        if end - pos > self._max_rec:
+            self._max_rec = end - pos
         self._count = count + 1
         return count
 

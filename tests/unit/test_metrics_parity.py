@@ -13,11 +13,10 @@ import pytest
 from kproducer import Producer
 from kproducer.clock import FakeClock
 from kproducer.mock import MockCluster
-from kproducer.producer import metrics as metrics_module
-from kproducer.producer.metrics import CALL_TIMERS, PRODUCER_METRICS, _max_record_size_py
+from kproducer.producer.metrics import CALL_TIMERS, PRODUCER_METRICS
 from kproducer.protocol import messages as m
 from kproducer.protocol.accel import speedups
-from kproducer.protocol.records import RecordBatch, RecordBatchBuilder
+from kproducer.protocol.records import RecordBatch, RecordBatchBuilder, _RecordsBufferPy
 from tests.unit.scripted import HOLD, Harness, ScriptedSelector, SentRequest
 
 JAVA_TIMERS = {"flush-time-ns-total", "txn-init-time-ns-total", "txn-begin-time-ns-total",
@@ -37,36 +36,34 @@ def _largest(batch: RecordBatch) -> int:
     return max(_alone_size(r.key, r.value, r.headers) for r in batch.records)
 
 
-# -- the walk over a batch's length prefixes ---------------------------------------------------------------
+# -- the builders keep their largest record's size --------------------------------------------------------
 
 
-@pytest.mark.parametrize("walk", [_max_record_size_py, metrics_module.max_record_size],
-                         ids=["python", "default"])
-def test_max_record_size_walks_the_length_prefixes(walk: Any) -> None:
-    sizes = [0, 1, 63, 64, 100, 8191, 8192, 70_000, 5]  # 1-, 2- and 3-byte length varints
-    b = RecordBatchBuilder(1 << 30)
-    for i, n in enumerate(sizes):
-        assert b.try_append(1_700_000_000_000, b"k%d" % i, b"v" * n, [("h", b"x")] if i % 2 else None) == i
-    records = bytes(b._buf)
+@pytest.mark.parametrize("builder_class", [_RecordsBufferPy, RecordBatchBuilder], ids=["python", "default"])
+def test_builders_keep_the_size_of_their_largest_record(builder_class: Any) -> None:
+    """As each record is written (one at a time, in bulk, or by the Python encoder the compiled one hands
+    unusual records to), the builder's _max_rec is the largest record so far with its length prefix: the size
+    of the record in a batch of its own, less the batch header."""
+    many_headers = [("h%d" % i, b"x") for i in range(40)]  # more than the compiled encoder takes itself
+    records = [(b"k%d" % i, b"v" * n, headers) for i, (n, headers) in enumerate(
+        [(0, None), (1, [("h", b"x")]), (63, None), (64, [("h", b"x")]), (100, many_headers), (8191, None),
+         (8192, None), (70_000, [("h", b"x")]), (5, None)])]
     lengths = []
-    for i, n in enumerate(sizes):
+    for key, value, headers in records:
         one = RecordBatchBuilder(1 << 30)
-        one.try_append(0, b"k%d" % i, b"v" * n, [("h", b"x")] if i % 2 else None)
+        one.try_append(0, key, value, headers)
         lengths.append(len(one.build()) - 61)
-    assert sum(lengths) == len(records)  # (all deltas here encode in one byte, as in the lone batches)
-    assert walk(records, len(sizes)) == max(lengths)
-    assert walk(records, 3) == max(lengths[:3])  # only the first count records
-    assert walk(records, 0) == 0
-    assert walk(records, len(sizes) + 1) == -1  # runs out of bytes
-    assert walk(records[:-1], len(sizes)) == -1  # the last record is cut short
-    assert walk(b"\x81", 1) == -1  # a varint cut short
-    assert walk(b"\x01", 1) == -1  # a negative length
-
-
-def test_the_compiled_walk_is_used_when_built() -> None:
-    if speedups is None or not hasattr(speedups, "max_record_size"):
-        pytest.skip("the compiled accelerator (with max_record_size) is not in use")
-    assert metrics_module.max_record_size is speedups.max_record_size
+    b = builder_class(1 << 30)
+    assert b._max_rec == 0
+    for i, (key, value, headers) in enumerate(records):
+        assert b.try_append(1_700_000_000_000, key, value, headers) == i
+        assert b._max_rec == max(lengths[:i + 1])
+    bulk = builder_class(1 << 30)
+    assert bulk.extend(0, [k for k, _v, _h in records], [v for _k, v, _h in records], [h for _k, _v, h in records],
+                       range(len(records)), 0) == len(records)
+    assert bulk._max_rec == max(lengths)
+    if builder_class is RecordBatchBuilder and speedups is not None:
+        assert isinstance(b, speedups.RecordsBuffer)  # the compiled writer's own bookkeeping was checked
 
 
 # -- record-size-avg / -max ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from kproducer.protocol.messages import (
     decode_response,
     decode_response_header,
     encode_request,
+    encode_request_parts,
     encode_response,
     negotiate_version,
 )
@@ -669,6 +670,32 @@ def test_request_header_framing() -> None:
             decode_request_header(h("0000 0009 00000005 0002 6b70 00")[:n])
     with pytest.raises(ProtocolError):
         decode_request_header(h("0000 0009 00000005 0002 6b70"))  # v2 header missing its tagged fields
+
+
+def test_request_headers_made_from_the_cached_parts_match_a_fresh_encoding() -> None:
+    """The header's bytes but the correlation id are cached per API, version and client id: every request still
+    gets its own correlation id and its own client id, flexible or not, also after the cache starts over."""
+    from kproducer.protocol import messages as msgs
+
+    def reference(api: Api, version: int, cid: int, client_id: Optional[str]) -> bytes:
+        out = bytearray()
+        p.write_int16(out, api.key)
+        p.write_int16(out, version)
+        p.write_int32(out, cid)
+        p.write_nullable_string(out, client_id)
+        if api.request_header_version(version) >= 2:
+            p.write_tagged_fields(out, [])
+        return bytes(out)
+
+    for api, version in ((METADATA, 8), (METADATA, 9), (PRODUCE, 9), (API_VERSIONS, 3)):
+        for client_id in (None, "", "kp", "prödücer-1"):
+            for cid in (0, 1, 2**31 - 1, -5):
+                header = encode_request_parts(api, version, cid, client_id, api.request_defaults(version))[0]
+                assert header == reference(api, version, cid, client_id)
+    msgs._HEADER_CACHE.clear()
+    for i in range(msgs._HEADER_CACHE_MAX + 3):  # fills up and starts over
+        assert encode_request_parts(METADATA, 9, i, f"c{i}", {"topics": []})[0] == reference(METADATA, 9, i, f"c{i}")
+    assert len(msgs._HEADER_CACHE) <= msgs._HEADER_CACHE_MAX
 
 
 def test_response_header_framing() -> None:

@@ -6,6 +6,7 @@ layer's job).
 """
 from __future__ import annotations
 
+import struct
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import primitives as p
@@ -64,20 +65,39 @@ def encode_request(
     return b"".join(parts)
 
 
+#: (api key, version, client id) -> the request header's bytes before and after the correlation id
+_HEADER_CACHE: Dict[Tuple[int, int, Optional[str]], Tuple[bytes, bytes]] = {}
+_HEADER_CACHE_MAX = 1024  # (client ids are few; a cache that fills up starts over)
+_pack_i32 = struct.Struct(">i").pack
+_unpack_i32 = struct.Struct(">i").unpack_from
+
+
+def _header_around_correlation_id(api: Api, version: int, client_id: Optional[str]) -> Tuple[bytes, bytes]:
+    key = (api.key, version, client_id)
+    cached = _HEADER_CACHE.get(key)
+    if cached is None:
+        before = bytearray()
+        p.write_int16(before, api.key)
+        p.write_int16(before, version)
+        after = bytearray()
+        p.write_nullable_string(after, client_id)  # the client id stays a non-compact string in header v2
+        if api.request_header_version(version) >= 2:
+            p.write_tagged_fields(after, [])
+        if len(_HEADER_CACHE) >= _HEADER_CACHE_MAX:
+            _HEADER_CACHE.clear()
+        cached = _HEADER_CACHE[key] = (bytes(before), bytes(after))
+    return cached
+
+
 def encode_request_parts(
     api: Api, version: int, correlation_id: int, client_id: Optional[str], body: Dict[str, Any]
 ) -> List[Any]:
     """:func:`encode_request` as a list of buffers to be joined (or written in order): the header, then the
-    body's parts (a Produce request's batches as they are, not copied)."""
-    out = bytearray()
-    p.write_int16(out, api.key)
-    p.write_int16(out, version)
-    p.write_int32(out, correlation_id)
-    p.write_nullable_string(out, client_id)  # the client id stays a non-compact string in header v2
-    if api.request_header_version(version) >= 2:
-        p.write_tagged_fields(out, [])
+    body's parts (a Produce request's batches as they are, not copied). The header's bytes but the correlation
+    id are made once per API, version and client id."""
+    before, after = _header_around_correlation_id(api, version, client_id)
     parts = api.encode_request_parts(version, body)
-    parts.insert(0, bytes(out))
+    parts.insert(0, before + _pack_i32(correlation_id) + after)
     return parts
 
 
@@ -108,6 +128,12 @@ def encode_response(api: Api, version: int, correlation_id: int, body: Dict[str,
 
 def decode_response_header(api: Api, version: int, data: bytes) -> Tuple[int, int]:
     """Returns (correlation id, position of the body)."""
+    if len(data) >= 5:  # the common case: no tagged fields in a flexible header (a 0 count)
+        flexible = api.response_header_version(version) >= 1
+        if not flexible:
+            return _unpack_i32(data, 0)[0], 4
+        if data[4] == 0:
+            return _unpack_i32(data, 0)[0], 5
     r = p.Reader(data)
     try:
         correlation_id = r.int32()

@@ -465,7 +465,10 @@ class Sender(threading.Thread):
         req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
                             now, self.request_timeout_ms, expect_response=self.acks != 0)
         self.client.send(req, now)
-        self.metrics.record_produce_request(node, batches)
+        try:
+            self.metrics.record_produce_request(node, batches)
+        except Exception:  # the request is out: a failure here must not fail (and resend) its batches
+            log.exception("could not record the metrics of a produce request to node %s", node)
 
     def _handle_produce_response(self, resp: ClientResponse, batches: Dict[TopicPartition, ProducerBatch]) -> None:
         now = resp.received_ms

@@ -68,6 +68,25 @@ def test_a_record_is_produced_and_its_future_and_callback_complete() -> None:
     assert h.sender.metrics.snapshot()["record-ack-total"] == 1
 
 
+@pytest.mark.allow_internal_errors
+def test_a_failure_recording_a_sent_requests_metrics_neither_fails_nor_resends_its_batches(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    h = Harness()
+    h.boot()
+
+    def broken(node: int, batches: Any) -> None:
+        raise RuntimeError("metrics bug")
+
+    monkeypatch.setattr(h.sender.metrics, "record_produce_request", broken)
+    with caplog.at_level(logging.ERROR, logger="kproducer.producer.sender"):
+        fut = h.send(value=b"once")
+        h.run_until(fut.done)
+    assert fut.get(0).offset == 0
+    assert len(h.produce_requests()) == 1  # sent once: not completed as failed and retried
+    assert h.sender.metrics.retries == 0
+    assert "could not record the metrics of a produce request" in caplog.text
+
+
 def test_unknown_leader_triggers_a_metadata_request_for_that_topic() -> None:
     h = Harness(topics={"t": 1, "u": 2})
     h.boot("t")

@@ -14,7 +14,9 @@ round's time is the client's alone (plus the scripted selector's bookkeeping, a 
 request). ``per_batch_us`` in the extra info: the mean round time / batches.
 
 Variants: plain (acks=all, idempotence off) and idempotent (sequences, producer state per batch), both with a
-callback-free future per record as send() leaves them.
+callback-free future per record as send() leaves them; and ``one-partition`` (idempotent, the same 120 batches on
+one partition, so one batch per request): its per-batch time less the 6-partition one's, times 6/5, is the cost
+of a produce request apart from its batches (docs/design.md "Performance budget").
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ class FastSelector(ScriptedSelector):
         conn.outbox.append([None, struct.pack(">i", cid) + frame[4:]])
 
 
-def _harness(idempotent: bool) -> Harness:
+def _harness(idempotent: bool, partitions: int = PARTITIONS) -> Harness:
     import kproducer.testing.harness as harness_module
 
     # Harness builds its transport from the name it imported (patching tests/unit/scripted's alias does not
@@ -70,7 +72,7 @@ def _harness(idempotent: bool) -> Harness:
     real = harness_module.ScriptedTransport
     harness_module.ScriptedTransport = FastSelector  # type: ignore[misc]
     try:
-        h = Harness(topics={TOPIC: PARTITIONS}, batch_size=BATCH_SIZE, linger_ms=0, acks="all",
+        h = Harness(topics={TOPIC: partitions}, batch_size=BATCH_SIZE, linger_ms=0, acks="all",
                     enable_idempotence=idempotent, buffer_memory=256 * 1024 * 1024, max_polls=10**9)
     finally:
         harness_module.ScriptedTransport = real  # type: ignore[misc]
@@ -80,13 +82,14 @@ def _harness(idempotent: bool) -> Harness:
     return h
 
 
-def _fill(h: Harness) -> int:
-    """Queue BATCHES_PER_PARTITION batches on every partition (all full but the last); returns how many."""
+def _fill(h: Harness, partitions: int = PARTITIONS) -> int:
+    """Queue BATCHES_PER_PARTITION * PARTITIONS batches spread evenly over ``partitions`` partitions (all full but
+    the last of each); returns how many."""
     append = h.accumulator.append
     now = h.now
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         before = h.accumulator.queued_batches()
-        while h.accumulator.queued_batches() - before < BATCHES_PER_PARTITION:
+        while h.accumulator.queued_batches() - before < BATCHES_PER_PARTITION * PARTITIONS // partitions:
             append(TOPIC, p, TS, None, VALUE, None, None, 0, now)
     return h.accumulator.queued_batches()
 
@@ -104,14 +107,15 @@ def _drain_all(h: Harness) -> int:
     return iterations
 
 
-@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
-def test_sender_per_batch(benchmark: Any, idempotent: bool) -> None:
-    h = _harness(idempotent)
+@pytest.mark.parametrize(("idempotent", "partitions"), [(False, PARTITIONS), (True, PARTITIONS), (True, 1)],
+                         ids=["plain", "idempotent", "one-partition"])
+def test_sender_per_batch(benchmark: Any, idempotent: bool, partitions: int) -> None:
+    h = _harness(idempotent, partitions)
     counts: Dict[str, int] = {}
     futures = []
 
     def setup() -> Tuple[Tuple[()], Dict[str, Any]]:
-        counts["batches"] = _fill(h)
+        counts["batches"] = _fill(h, partitions)
         return (), {}
 
     def run() -> int:

@@ -57,8 +57,10 @@ def test_cancelled_sends_are_sent_exactly_when_admitted(tansu: Tansu, new_topic:
         await fut
 
     async def main() -> None:
+        # one request in flight, as above: tansu's pipelining quirk failed a batch with UNKNOWN_SERVER_ERROR once
+        # under load; what this test checks (admitted exactly once, cancelled never) does not need pipelining
         async with AsyncProducer(bootstrap_servers=tansu.bootstrap, batch_size=4096, buffer_memory=64 * 1024,
-                                 linger_ms=2) as p:
+                                 linger_ms=2, max_in_flight_requests_per_connection=1) as p:
             rng = random.Random(7)
             tasks = [asyncio.ensure_future(one(p, i)) for i in range(n)]
             for i, t in enumerate(tasks):

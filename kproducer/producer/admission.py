@@ -186,6 +186,9 @@ def _bytes_longest_py(items: Sequence[Any]) -> int:
 
 #: send_batch()'s check of a column of keys or values: compiled (one pass), else the Python twin (two)
 bytes_longest: Callable[[Sequence[Any]], int] = getattr(speedups, "bytes_longest", None) or _bytes_longest_py
+#: the longest of a column already checked to hold only bytes or None (the size bound): the compiled pass, or
+#: without it the length pass alone (the type pass was done by bytes_longest already)
+_checked_longest: Callable[[Sequence[Any]], int] = getattr(speedups, "bytes_longest", None) or _longest
 
 
 class RecordAdmission:
@@ -284,8 +287,8 @@ class RecordAdmission:
         """Step 7 for every record; the index of the first one too large is in the message."""
         limit = self.max_request_size - RECORD_OVERHEAD - BOUND_EXTRA
         if headers is None:
-            longest_value = bytes_longest(values)
-            longest_key = bytes_longest(keys) if keys is not None else 0
+            longest_value = _checked_longest(values)
+            longest_key = _checked_longest(keys) if keys is not None else 0
             if 0 <= longest_value and 0 <= longest_key and longest_value + longest_key <= limit:
                 return  # even the longest key with the longest value fits
         for i in range(len(values)):

@@ -21,6 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Type, Union
 
 from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
+from ..protocol.accel import speedups
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
 from .transport import Payload
 
@@ -186,6 +187,12 @@ class Selector:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        # Linux, compiled accelerator: waits in epoll_wait are the only time this (network) thread gives up the
+        # GIL, and the application's thread hands it back at once (_speedups "The network thread's socket I/O");
+        # plain sockets are written and read without giving it up. Else the selectors module and socket methods.
+        self._fd_to_key: Optional[Dict[int, selectors.SelectorKey]] = getattr(self._sel, "_fd_to_key", None)
+        self._nogil = (speedups is not None and hasattr(speedups, "epoll_wait_io")
+                       and isinstance(self._sel, getattr(selectors, "EpollSelector", ())) and self._fd_to_key is not None)
         self._closed = False
         self._wakeup_pending = False
         # results of the last poll()
@@ -378,7 +385,12 @@ class Selector:
                 cur = ch.current = ch.sends.popleft()
             try:
                 # (a list only on a plain socket: _frame joins the parts for TLS)
-                n = sock.send(cur) if type(cur) is memoryview else sock.sendmsg(cur)  # type: ignore[arg-type]
+                if type(cur) is memoryview:
+                    n = sock.send(cur)
+                elif self._nogil:
+                    n = speedups.sendmsg_nogil(sock.fileno(), cur)  # type: ignore[union-attr]
+                else:
+                    n = sock.sendmsg(cur)  # type: ignore[arg-type]
             except _WOULD_BLOCK:
                 break
             except OSError as e:
@@ -402,9 +414,10 @@ class Selector:
         sock = ch.sock
         tls = ch.tls
         into = self._recv_view
+        nogil = self._nogil and not tls
         while True:
             try:
-                n = sock.recv_into(into)
+                n = speedups.recv_into_nogil(sock.fileno(), into) if nogil else sock.recv_into(into)  # type: ignore[union-attr]
             except _WOULD_BLOCK:
                 return
             except _TLS_CLOSED:
@@ -548,6 +561,21 @@ class Selector:
 
     # -- polling -------------------------------------------------------------------------------
 
+    def _select(self, timeout: float) -> List[Tuple[selectors.SelectorKey, int]]:
+        """The selector's select(timeout in seconds); compiled: epoll_wait_io, which gives up the GIL only to
+        wait (see __init__)."""
+        fd_to_key = self._fd_to_key
+        if not self._nogil or fd_to_key is None:
+            return self._sel.select(timeout)
+        assert speedups is not None
+        ready = speedups.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, max(len(fd_to_key), 1))
+        out = []
+        for fd, mask in ready:
+            key = fd_to_key.get(fd)
+            if key is not None:  # (unregistered meanwhile: as selectors, skipped)
+                out.append((key, mask & key.events))
+        return out
+
     def wakeup(self) -> None:
         """Interrupt a poll() blocked in another thread. Cheap when a wakeup is already pending: only the
         first call writes to the wakeup socket until poll() consumes it."""
@@ -584,13 +612,19 @@ class Selector:
         timeout = max(0.0, timeout_ms) / 1000.0
         if connected or disconnected or sent:
             timeout = 0.0
-        events = self._sel.select(timeout)
+        events = self._select(timeout)
         for key, mask in events:
             ch = key.data
             if ch is None:
                 try:
-                    while self._wake_r.recv(4096):
-                        pass
+                    if self._nogil:
+                        assert speedups is not None
+                        fd, into = self._wake_r.fileno(), self._recv_view[:4096]
+                        while speedups.recv_into_nogil(fd, into):
+                            pass
+                    else:
+                        while self._wake_r.recv(4096):
+                            pass
                 except OSError:
                     pass
                 # cleared after draining: a wakeup racing with this poll is seen by the caller's next

@@ -131,6 +131,8 @@ class RecordAccumulator:
         self._flushes_in_progress = 0
         self._appends_in_progress = 0
         self._closed = False
+        #: one-byte gates of send()'s compiled fast path (Producer._gate), closed with the accumulator
+        self.fast_gates: List[bytearray] = []
         self.next_batch_expiry_ms = float("inf")
 
     # -- append (application threads) -------------------------------------------------------------
@@ -603,6 +605,8 @@ class RecordAccumulator:
         """Refuse new records; queued batches become ready so they drain."""
         with self._lock:
             self._closed = True
+            for gate in self.fast_gates:
+                gate[0] = 0  # (under the lock: the compiled send() reads it under the lock too)
 
     @property
     def closed(self) -> bool:

@@ -104,6 +104,11 @@ class Producer:
         self._pid = os.getpid()
         self._close_lock = threading.Lock()
         self._plugins_closed = False
+        #: one byte the compiled fast path reads instead of _closed, the sender's fatal_error and the accumulator's
+        #: _closed: nonzero while all three let records in; whichever closes first clears it (never reopened)
+        self._gate = bytearray(b"\x01")
+        self._sender.fast_gates.append(self._gate)
+        self._accumulator.fast_gates.append(self._gate)
         #: what send()'s compiled fast path reads (None: every record takes the Python send())
         self._fast = self._fast_path()
         self._sender.start()
@@ -255,7 +260,7 @@ class Producer:
             monotonic_ms=None if self._system_clock else self._monotonic_ms,
             wall_ms=None if self._system_clock else self._wall_ms, max_request_size=adm.max_request_size,
             record_overhead=_RECORD_OVERHEAD, bound_extra=_BOUND_EXTRA, hash_cache_size=HASH_CACHE_SIZE,
-            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys)
+            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate)
 
     def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
                                  partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,
@@ -511,7 +516,7 @@ class Producer:
             return
         with self._close_lock:
             done = self._closed and not self._sender.is_alive()
-            self._closed = True
+            self._refuse_records()
         if done:
             self._close_plugins()  # (no-op unless a close() from a callback left them open)
             return
@@ -553,8 +558,14 @@ class Producer:
         """Called in a child process right after fork(): this producer belongs to the parent. Takes no lock
         (one may have been held by another parent thread at the fork)."""
         self._forked = True
-        self._closed = True  # (send() checks only this on its hot path, then finds _forked)
+        self._refuse_records()  # (send() checks only _closed on its hot path, then finds _forked)
         self._finalizer.detach()
+
+    def _refuse_records(self) -> None:
+        """No record is taken from now on (close(), exit, fork): set ``_closed`` and close the compiled
+        send()'s gate. Every place that closes the producer goes through here."""
+        self._closed = True
+        self._gate[0] = 0
 
     def _raise_closed(self, call: str) -> NoReturn:
         if self._forked:

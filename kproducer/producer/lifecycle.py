@@ -114,7 +114,7 @@ def _close_at_exit() -> None:
     start = time.monotonic()
     for sender, _, producer in pending:  # everyone stops accepting records and starts draining now
         if producer is not None:
-            producer._closed = True  # (not through close(): that waits, one producer after the other)
+            producer._refuse_records()  # (not through close(): that waits, one producer after the other)
         sender.initiate_close()
     for sender, bound, producer in pending:
         remaining = max(0.0, bound - (time.monotonic() - start))

@@ -84,7 +84,9 @@ class Sender(threading.Thread):
         self.running = True
         self.force_close = False
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
-        self.fatal_error: Optional[BaseException] = None
+        self._fatal_error: Optional[BaseException] = None
+        #: one-byte gates of send()'s compiled fast path (Producer._gate), closed when a fatal error is set
+        self.fast_gates: List[bytearray] = []
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
         self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
         #: how many times queued batches were failed because a broker refused our credentials, and why
@@ -92,6 +94,18 @@ class Sender(threading.Thread):
         self.last_authentication_error: Optional[KafkaError] = None
 
     # -- thread ----------------------------------------------------------------------------------
+
+    @property
+    def fatal_error(self) -> Optional[BaseException]:
+        """The error that ended this producer (no producer id can be had, say); None while it works."""
+        return self._fatal_error
+
+    @fatal_error.setter
+    def fatal_error(self, exc: Optional[BaseException]) -> None:
+        self._fatal_error = exc
+        if exc is not None:
+            for gate in self.fast_gates:
+                gate[0] = 0  # send() takes the Python path, which raises it
 
     def run(self) -> None:
         log.debug("sender thread started")

@@ -349,8 +349,10 @@ def test_at_least_once_failed_task_delivers_what_it_queued(cluster: MockCluster,
     """The at-least-once contract for a failing task: the rows queued before the failing one are
     delivered before the task reports its failure (no timing involved), later ones are not sent."""
     topic = _topic(cluster, "alos-fail")
+    # linger.ms: nothing would be sent before the flush; max.block.ms: the bad row's partition 9 (of 2) is
+    # waited for in the metadata for max.block.ms, as Java's send() does (the default 60 s made this test a minute)
     opts = parse_options({"kafka.bootstrap.servers": cluster.bootstrap_servers, "topic": topic,
-                          "kafka.linger.ms": "60000"})  # nothing would be sent before the flush
+                          "kafka.linger.ms": "60000", "kafka.max.block.ms": "1000"})
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])

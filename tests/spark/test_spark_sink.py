@@ -129,7 +129,7 @@ def test_bad_partition_mid_write_fails_after_earlier_rows_were_written(spark: An
     with pytest.raises(Exception) as info:
         (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", tansu.bootstrap)
            .option("kafka.max.in.flight.requests.per.connection", "1").option("topic", topic)
-           .option("kafka.max.block.ms", "3000").save())
+           .option("kafka.max.block.ms", "1000").save())
     text = str(info.value)
     # a partition beyond the known count may be new: like send() (and Java), send_batch() waits max.block.ms
     assert "SinkWriteError" in text and "Partition 9 of topic" in text and "partition count 2" in text, text[-3000:]

@@ -222,6 +222,64 @@ def test_closed_or_failed_producer_raises(env: Env) -> None:
         p.send("t", b"x", key=b"k", partition=1)
 
 
+@pytest.mark.parametrize("how", ["accumulator", "fatal-error", "exit", "fork"])
+def test_every_way_of_closing_closes_the_fast_paths_gate(how: str) -> None:
+    """The compiled send() reads one byte (Producer._gate) instead of the producer's _closed, the sender's
+    fatal_error and the accumulator's _closed: each way any of them closes must close the gate too, or records
+    would be queued in C after the producer stopped taking them."""
+    from kproducer.errors import ProducerForkedError
+    from kproducer.producer import lifecycle
+
+    env = Env()
+    p = _producer(env, True)
+    try:
+        p.send("t", b"x")  # (a batch is open: the next record takes the fast path)
+        assert p._gate[0] == 1 and p._fast is not None
+        hits = p._fast.hits
+        p.send("t", b"x")
+        assert p._fast.hits == hits + 1
+        if how == "accumulator":  # (as the sender's initiate_close() does)
+            p._accumulator.close()
+        elif how == "fatal-error":  # (any assignment, through the sender's property)
+            p._sender.fatal_error = KafkaError("fenced, say")
+        elif how == "exit":  # (what lifecycle's exit hook calls, instead of close())
+            assert "_refuse_records()" in inspect.getsource(lifecycle._close_at_exit)
+            p._refuse_records()
+        else:
+            p._mark_forked()
+        assert p._gate[0] == 0
+        with pytest.raises((ProducerClosedError, ProducerForkedError, KafkaError)):
+            p.send("t", b"x")
+        assert p._fast.hits == hits + 1
+    finally:
+        if how == "fork":  # (close() of a forked producer leaves the thread alone: it is the parent's)
+            p._sender.force_stop()
+            p._sender.join(10)
+        env.close()
+
+
+def test_fast_send_refuses_a_gate_that_is_not_one_byte(env: Env) -> None:
+    p = _producer(env, True)
+    assert p._gate == bytearray(b"\x01") and speedups is not None
+    speedups.FastSend(**_fast_send_kwargs(p))  # (the arguments below are complete)
+    with pytest.raises(ValueError, match="one byte"):
+        speedups.FastSend(**{**_fast_send_kwargs(p), "gate": bytearray(2)})
+    with pytest.raises(TypeError):
+        speedups.FastSend(**{**_fast_send_kwargs(p), "gate": b"\x01"})
+
+
+def _fast_send_kwargs(p: Producer) -> Dict[str, Any]:
+    import kproducer.producer.kafka_producer as kp
+
+    acc, adm = p._accumulator, p._admission
+    return dict(sender=p._sender, metadata=p._metadata, accumulator=acc, batches=acc._batches, lock=acc._lock,
+                hash_cache=adm.hash_cache, sticky=adm.sticky, topic_touched=p._topic_touched,
+                future_type=kp.FutureRecordMetadata, batch_type=kp.ProducerBatch, monotonic_ms=None, wall_ms=None,
+                max_request_size=adm.max_request_size, record_overhead=kp._RECORD_OVERHEAD,
+                bound_extra=kp._BOUND_EXTRA, hash_cache_size=kp.HASH_CACHE_SIZE, touch_ms=kp._TOPIC_TOUCH_MS,
+                ignore_keys=adm.ignore_keys, gate=bytearray(b"\x01"))
+
+
 @pytest.mark.parametrize("settings, built", [
     ({}, True), ({"value_serializer": str.encode}, False), ({"key_serializer": str.encode}, False),
     ({"partitioner": lambda t, k, v, n: 0}, False), ({"transactional_id": "tx-1"}, False),

@@ -146,9 +146,17 @@ def server() -> Iterator[Server]:
     s.close()
 
 
-@pytest.fixture
-def sel() -> Iterator[Selector]:
+@pytest.fixture(params=["nogil", "selectors"])
+def sel(request: pytest.FixtureRequest) -> Iterator[Selector]:
+    """Both I/O paths: the compiled one (epoll_wait_io, sendmsg_nogil, recv_into_nogil: Linux with the
+    accelerator) and the selectors module with the socket methods (everywhere else)."""
     s = Selector(max_receive_size=1024 * 1024)
+    if request.param == "nogil":
+        if not s._nogil:
+            s.close_all()
+            pytest.skip("the compiled socket I/O needs Linux and the compiled accelerator")
+    else:
+        s._nogil = False
     yield s
     s.close_all()
 

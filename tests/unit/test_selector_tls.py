@@ -44,7 +44,7 @@ def client_context(ca: Optional["trustme.CA"], check_hostname: bool = True) -> s
 class EchoServer:
     """Accepts connections on 127.0.0.1; with a context, speaks TLS (a blocking handshake in its own
     thread); echoes every frame back. ``mode="close"`` closes each connection after reading a little,
-    ``mode="silent"`` reads and never answers."""
+    ``mode="silent"`` reads and never answers, ``mode="raw-echo"`` sends the first bytes it reads straight back."""
 
     def __init__(self, context: Optional[ssl.SSLContext] = None, mode: str = "echo") -> None:
         self.context = context
@@ -79,6 +79,11 @@ class EchoServer:
                 conn.close()
                 return
             if self.mode == "silent":
+                while conn.recv(4096):
+                    pass
+                return
+            if self.mode == "raw-echo":  # the first bytes straight back, unframed (a ClientHello is no frame)
+                conn.sendall(conn.recv(65536))
                 while conn.recv(4096):
                     pass
                 return
@@ -238,7 +243,7 @@ def test_tls_to_a_plaintext_listener_that_closes_says_check_security_protocol(
 
 
 def test_tls_to_a_plaintext_listener_that_answers_garbage(ca: "trustme.CA", servers: Callable[..., EchoServer]) -> None:
-    srv = servers(None, mode="echo")  # echoes the ClientHello back: not a TLS answer
+    srv = servers(None, mode="raw-echo")  # echoes the ClientHello back: not a TLS answer
     sel = Selector(ssl_context=client_context(ca))
     try:
         _, disconnected, failures = connect(sel, "localhost", srv.port)

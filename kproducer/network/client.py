@@ -338,6 +338,10 @@ class NetworkClient:
         metadata_timeout = self._maybe_update_metadata(now_ms)
         # responses completed outside poll (requests to a node we disconnected) come first
         responses, self._pending = self._pending, []
+        if self.selector.completed_sends:
+            # written since the last poll (send() writes at once): taken before waiting, so that the selector
+            # does not skip its wait for them; only acks=0 requests complete here, and those end the wait
+            self._handle_completed_sends(responses, now_ms)
         timeout = 0.0 if responses else min(timeout_ms, metadata_timeout, self.request_timeout_ms)
         if self._reauthenticate_at:
             timeout = min(timeout, max(0.0, min(self._reauthenticate_at.values()) - now_ms))

@@ -24,7 +24,7 @@ from ..errors import (
     error_for_code,
 )
 from ..network.client import ClientRequest, ClientResponse, NetworkClient
-from ..network.metadata import Metadata, Node
+from ..network.metadata import Cluster, Metadata, Node
 from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import RecordAccumulator
@@ -404,8 +404,6 @@ class Sender(threading.Thread):
         self._fail_expired_batches(now)
         timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
                       self._in_flight_expiry(now))
-        if ready_nodes:
-            timeout = 0.0
         for node, node_batches in batches.items():
             # a batch drained above may have just expired: it is complete, so it is not sent
             live = [b for b in node_batches if not b.is_done()]
@@ -424,7 +422,25 @@ class Sender(threading.Thread):
                     else:
                         self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                              f"could not send the request to node {node}: {e}", now)
+        if ready_nodes:
+            timeout = min(timeout, self._after_send_timeout(cluster, now))
         return max(0.0, timeout)
+
+    def _after_send_timeout(self, cluster: Cluster, now: float) -> float:
+        """How long the poll after sending may wait. Java polls with 0 here, so that the next iteration sends
+        whatever else is ready at once; usually nothing is (the node is at max.in.flight, or the other batches
+        are lingering), and that iteration cost about as much as the one that sent. So the accumulator is asked
+        again now, as that iteration would first: 0 while a ready node can take another request; else until
+        the next batch is due, a throttle ends, or a connection may be retried (a response, a new or full
+        batch and a wakeup end the poll sooner)."""
+        again = self.accumulator.ready(cluster, now)
+        timeout = again.next_ready_check_delay_ms
+        client = self.client
+        for node in again.ready_nodes:
+            if client.is_ready(node, now):
+                return 0.0
+            timeout = min(timeout, client.poll_delay_ms(node, now))
+        return timeout if not again.unknown_leader_topics else 0.0
 
     def _fail_expired_batches(self, now: float) -> None:
         """Fail queued and in-flight batches older than delivery.timeout.ms."""

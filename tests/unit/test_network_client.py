@@ -685,3 +685,51 @@ def test_no_immediate_rebootstrap_when_bootstrap_servers_are_the_known_brokers()
     for _ in range(5):
         env.poll()
     assert env.client.rebootstraps == 1 and env.metadata.cluster.is_bootstrap
+
+
+class EagerSelector(ScriptedSelector):
+    """As the real Selector: send() writes at once when nothing is queued (the send is complete before the
+    next poll), and a poll that starts with completed sends does not wait for them (``waits``: the effective
+    timeout of each poll)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits: List[float] = []
+
+    def send(self, node_id: int, payload: Any) -> None:
+        super().send(node_id, payload)
+        conn = self._conns[node_id]
+        while conn.unwritten:
+            self.completed_sends.append(node_id)
+            self._handle(conn, conn.unwritten.popleft())
+
+    def poll(self, timeout_ms: float) -> None:
+        self.waits.append(0.0 if self.completed_sends else timeout_ms)
+        sent = self.completed_sends
+        super().poll(timeout_ms)
+        self.completed_sends = sent + self.completed_sends
+
+
+def test_sends_completed_before_a_poll_are_taken_first_so_that_the_poll_still_waits() -> None:
+    """send() writes at once; the poll after it used to skip its wait because of that completed send (an
+    iteration of the sender for nothing). The client takes such sends before waiting: only acks=0 requests
+    complete there, and they end the wait; any other request's answer is waited for."""
+    env = Env(request_timeout_ms=30_000)
+    env.selector = EagerSelector(env.clock, BROKERS, {"t": [1, 2]})
+    env.client.selector = env.selector  # type: ignore[assignment]
+    env.bootstrap()
+    env.connect(1)
+    env.selector.script(m.PRODUCE, HOLD)
+    req = env.request(1, m.PRODUCE, {"transactional_id": None, "acks": 1, "timeout_ms": 100, "topic_data": []})
+    assert env.selector.completed_sends == [1]
+    assert env.poll(timeout_ms=500) == []
+    assert env.selector.waits[-1] == 500  # waited (with the answer held), not 0
+    assert env.client.in_flight_count(1) == 1
+    env.selector.respond(env.selector.held()[0])
+    assert [r.request for r in env.poll(timeout_ms=500)] == [req]
+    body = {"transactional_id": None, "acks": 0, "timeout_ms": 100, "topic_data": []}
+    req0 = env.request(1, m.PRODUCE, body, expect_response=False)
+    got = env.poll(timeout_ms=500)
+    assert [r.request for r in got] == [req0] and got[0].body is None
+    assert env.selector.waits[-1] == 0  # an acks=0 request completed: the poll does not wait
+    assert env.client.in_flight_count(1) == 0

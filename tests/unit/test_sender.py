@@ -295,11 +295,14 @@ def test_delivery_timeout_bounds_retries() -> None:
                 retry_backoff_max_ms=100, idle_advance=True)
     h.boot()
     h.selector.handlers[m.PRODUCE.key] = lambda req: 7  # always REQUEST_TIMED_OUT
-    seen, cb = collector()
+    seen, record = collector()
+    done_at: List[float] = []
     start = h.now
-    fut = h.send(callback=cb)
+    fut = h.send(callback=lambda md, exc: (record(md, exc), done_at.append(h.now)))
     h.run_until(fut.done, max_iterations=1000)
-    assert h.now - start <= 1000 + 1e-6  # no later than delivery.timeout.ms (float rounding aside)
+    # no later than delivery.timeout.ms (float rounding aside); read when the callback ran: the iteration that
+    # failed the batch may then sleep (idle_advance moves the clock) with nothing left to do
+    assert done_at[0] - start <= 1000 + 1e-6
     assert len(seen) == 1 and seen[0][1] is not None
     assert isinstance(seen[0][1], (KafkaTimeoutError, RequestTimedOutError))
     assert len(h.produce_requests()) >= 5
@@ -883,3 +886,52 @@ def test_idempotent_producer_moves_later_sequences_down_after_a_refused_batch() 
 
 def first_pid(h: Harness) -> int:
     return h.produce_requests()[0].batches()[("t", 0)].producer_id
+
+
+# -- the poll after sending (Sender._after_send_timeout) -----------------------------------------------
+
+
+def test_after_a_send_that_fills_max_in_flight_the_sender_waits_for_a_response() -> None:
+    """Java polls with 0 after sending, to loop and send more; with the broker at max.in.flight nothing more can
+    go, so the sender waits instead of spending an iteration to find that out, and the response ends the wait."""
+    h = Harness(topics={"t": 1}, max_in_flight_requests_per_connection=1, batch_size=1024, linger_ms=0)
+    h.boot()
+    h.selector.script(m.PRODUCE, HOLD)
+    futs = [h.send(value=b"x" * 900, partition=0) for _ in range(2)]  # two batches: one per request
+    h.run()
+    assert len(h.selector.held(m.PRODUCE)) == 1
+    assert h.selector.poll_timeouts[-1] > 0  # (it was 0: the next iteration only found the broker busy)
+    h.selector.respond(h.selector.held(m.PRODUCE)[0])
+    h.run_until(lambda: all(f.done() for f in futs))
+    assert len(h.produce_requests()) == 2
+
+
+def test_after_a_send_the_sender_loops_at_once_while_the_broker_takes_more() -> None:
+    """What Java's zero poll is for: more ready batches than one request holds (max.request.size) go in the
+    next iteration, without waiting."""
+    h = Harness(topics={"t": 2}, batch_size=1024, max_request_size=1200, linger_ms=0)
+    h.boot()
+    h.selector.script(m.PRODUCE, HOLD, HOLD)
+    futs = [h.send(value=b"x" * 900, partition=p) for p in (0, 1)]  # two batches, one per request
+    h.run()
+    assert len(h.selector.held(m.PRODUCE)) == 1
+    assert h.selector.poll_timeouts[-1] == 0  # the second batch is ready and the broker can take it
+    h.run()
+    assert len(h.selector.held(m.PRODUCE)) == 2
+    for req in h.selector.held(m.PRODUCE):
+        h.selector.respond(req)
+    h.run_until(lambda: all(f.done() for f in futs))
+
+
+def test_after_a_send_the_sender_sleeps_until_the_next_batch_lingers_out() -> None:
+    """(Two leaders: a ready node's request takes every partition of that node, lingering or not.)"""
+    h = Harness(topics={"t": [1, 2]}, brokers={1: ("broker1", 9092), 2: ("broker2", 9092)}, linger_ms=50)
+    h.boot()
+    h.send(value=b"a", partition=0)
+    h.advance(50)
+    h.send(value=b"b", partition=1)  # appended now: due in 50 ms
+    h.run()
+    assert len(h.produce_requests()) == 1
+    assert h.selector.poll_timeouts[-1] == 50  # not 0: nothing else can go before then
+    h.advance(50)
+    h.run_until(lambda: len(h.produce_requests()) == 2)

@@ -187,9 +187,10 @@ class Selector:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        # Linux, compiled accelerator: waits in epoll_wait are the only time this (network) thread gives up the
-        # GIL, and the application's thread hands it back at once (_speedups "The network thread's socket I/O");
-        # plain sockets are written and read without giving it up. Else the selectors module and socket methods.
+        # Linux, compiled accelerator: this (network) thread gives up the GIL only to wait in epoll_wait, and
+        # writes and reads plain sockets (non-blocking: they never wait) holding it, so that it does not queue
+        # for the GIL behind a busy send() loop after each call (_speedups "The network thread's socket I/O").
+        # Else (and for TLS sockets) the selectors module and the socket methods.
         self._fd_to_key: Optional[Dict[int, selectors.SelectorKey]] = getattr(self._sel, "_fd_to_key", None)
         self._nogil = (speedups is not None and hasattr(speedups, "epoll_wait_io")
                        and isinstance(self._sel, getattr(selectors, "EpollSelector", ())) and self._fd_to_key is not None)
@@ -568,7 +569,8 @@ class Selector:
         if not self._nogil or fd_to_key is None:
             return self._sel.select(timeout)
         assert speedups is not None
-        ready = speedups.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, max(len(fd_to_key), 1))
+        # (at most 4096 events a call, as many as the module takes; the rest come at the next poll)
+        ready = speedups.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
         out = []
         for fd, mask in ready:
             key = fd_to_key.get(fd)

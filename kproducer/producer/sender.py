@@ -434,13 +434,15 @@ class Sender(threading.Thread):
         the next batch is due, a throttle ends, or a connection may be retried (a response, a new or full
         batch and a wakeup end the poll sooner)."""
         again = self.accumulator.ready(cluster, now)
+        for topic in again.unknown_leader_topics:  # (the network client's poll waits no longer than for that)
+            self.metadata.request_update_for_topic(topic)
         timeout = again.next_ready_check_delay_ms
         client = self.client
         for node in again.ready_nodes:
             if client.is_ready(node, now):
                 return 0.0
             timeout = min(timeout, client.poll_delay_ms(node, now))
-        return timeout if not again.unknown_leader_topics else 0.0
+        return timeout
 
     def _fail_expired_batches(self, now: float) -> None:
         """Fail queued and in-flight batches older than delivery.timeout.ms."""

@@ -1182,7 +1182,8 @@ static PyObject *epoll_wait_io(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     int ms;
-    if (timeout < 0) ms = -1;
+    if (timeout != timeout) ms = 0; /* (NaN: do not wait) */
+    else if (timeout < 0) ms = -1;
     else if (timeout >= (double)INT_MAX) ms = INT_MAX;
     else {
         ms = (int)timeout;

@@ -192,6 +192,7 @@ def test_epoll_wait_io_argument_errors() -> None:
             speedups.epoll_wait_io(sel.fileno(), 0, 0)
         with pytest.raises(TypeError):
             speedups.epoll_wait_io(sel.fileno(), 0)
+        assert speedups.epoll_wait_io(sel.fileno(), float("nan"), 4) == []  # (no wait, nothing registered)
         with pytest.raises(OSError):
             r, w = os.pipe()
             try:

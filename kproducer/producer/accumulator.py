@@ -131,8 +131,10 @@ class RecordAccumulator:
         self._flushes_in_progress = 0
         self._appends_in_progress = 0
         self._closed = False
-        #: one-byte gates of send()'s compiled fast path (Producer._gate), closed with the accumulator
-        self.fast_gates: List[bytearray] = []
+        #: the byte send()'s compiled fast path reads instead of the producer's _closed, the sender's fatal_error and
+        #: this accumulator's _closed: nonzero while all three let records in; whichever closes first clears it
+        #: (here, Sender.fatal_error, Producer._refuse_records) and nothing reopens it
+        self.gate = bytearray(b"\x01")
         self.next_batch_expiry_ms = float("inf")
 
     # -- append (application threads) -------------------------------------------------------------
@@ -605,8 +607,7 @@ class RecordAccumulator:
         """Refuse new records; queued batches become ready so they drain."""
         with self._lock:
             self._closed = True
-            for gate in self.fast_gates:
-                gate[0] = 0  # (under the lock: the compiled send() reads it under the lock too)
+            self.gate[0] = 0  # (under the lock: the compiled send() reads it under the lock too)
 
     @property
     def closed(self) -> bool:

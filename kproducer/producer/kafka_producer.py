@@ -104,11 +104,8 @@ class Producer:
         self._pid = os.getpid()
         self._close_lock = threading.Lock()
         self._plugins_closed = False
-        #: one byte the compiled fast path reads instead of _closed, the sender's fatal_error and the accumulator's
-        #: _closed: nonzero while all three let records in; whichever closes first clears it (never reopened)
-        self._gate = bytearray(b"\x01")
-        self._sender.fast_gates.append(self._gate)
-        self._accumulator.fast_gates.append(self._gate)
+        #: the compiled fast path's gate (RecordAccumulator.gate)
+        self._gate = self._accumulator.gate
         #: what send()'s compiled fast path reads (None: every record takes the Python send())
         self._fast = self._fast_path()
         self._sender.start()

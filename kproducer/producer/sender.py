@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
@@ -27,7 +27,7 @@ from ..network.client import ClientRequest, ClientResponse, NetworkClient
 from ..network.metadata import Cluster, Metadata, Node
 from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
-from .accumulator import RecordAccumulator
+from .accumulator import ReadyCheckResult, RecordAccumulator
 from .batch import ProducerBatch
 from .metrics import ProducerMetrics
 from .transaction_manager import (
@@ -85,8 +85,6 @@ class Sender(threading.Thread):
         self.force_close = False
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
         self._fatal_error: Optional[BaseException] = None
-        #: one-byte gates of send()'s compiled fast path (Producer._gate), closed when a fatal error is set
-        self.fast_gates: List[bytearray] = []
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
         self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
         #: how many times queued batches were failed because a broker refused our credentials, and why
@@ -104,8 +102,7 @@ class Sender(threading.Thread):
     def fatal_error(self, exc: Optional[BaseException]) -> None:
         self._fatal_error = exc
         if exc is not None:
-            for gate in self.fast_gates:
-                gate[0] = 0  # send() takes the Python path, which raises it
+            self.accumulator.gate[0] = 0  # the compiled send() hands records to the Python one, which raises it
 
     def run(self) -> None:
         log.debug("sender thread started")
@@ -386,15 +383,7 @@ class Sender(threading.Thread):
         cluster = self.metadata.cluster
         acc = self.accumulator
         result = acc.ready(cluster, now)
-        for topic in result.unknown_leader_topics:
-            self.metadata.request_update_for_topic(topic)
-        not_ready_timeout = float("inf")
-        ready_nodes = set()
-        for node in result.ready_nodes:
-            if self.client.ready(node, now):
-                ready_nodes.add(node)
-            else:
-                not_ready_timeout = min(not_ready_timeout, self.client.poll_delay_ms(node, now))
+        ready_nodes, not_ready_timeout = self._sendable_nodes(result, now)
         batches = acc.drain(cluster, ready_nodes, self.max_request_size, now) if ready_nodes else {}
         for node_batches in batches.values():
             for b in node_batches:
@@ -434,15 +423,24 @@ class Sender(threading.Thread):
         the next batch is due, a throttle ends, or a connection may be retried (a response, a new or full
         batch and a wakeup end the poll sooner)."""
         again = self.accumulator.ready(cluster, now)
-        for topic in again.unknown_leader_topics:  # (the network client's poll waits no longer than for that)
+        nodes, not_ready_timeout = self._sendable_nodes(again, now)
+        return 0.0 if nodes else min(again.next_ready_check_delay_ms, not_ready_timeout)
+
+    def _sendable_nodes(self, result: ReadyCheckResult, now: float) -> Tuple[Set[int], float]:
+        """Of an accumulator ready() result: the ready nodes that can take a request now (connecting to those
+        that may connect), and how long until another of them may (a throttle, a reconnect backoff); metadata
+        is requested for the topics whose leader is unknown (the network client's poll waits no longer)."""
+        for topic in result.unknown_leader_topics:
             self.metadata.request_update_for_topic(topic)
-        timeout = again.next_ready_check_delay_ms
         client = self.client
-        for node in again.ready_nodes:
-            if client.is_ready(node, now):
-                return 0.0
-            timeout = min(timeout, client.poll_delay_ms(node, now))
-        return timeout
+        nodes = set()
+        wait = float("inf")
+        for node in result.ready_nodes:
+            if client.ready(node, now):
+                nodes.add(node)
+            else:
+                wait = min(wait, client.poll_delay_ms(node, now))
+        return nodes, wait
 
     def _fail_expired_batches(self, now: float) -> None:
         """Fail queued and in-flight batches older than delivery.timeout.ms."""

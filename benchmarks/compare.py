@@ -48,6 +48,12 @@ send() is also run with idempotence off, and confluent-kafka with it on, for lik
 BufferError when its local queue (100k messages) is full: the loop then poll()s and retries, as its docs
 advise. aiokafka's loop is ``await producer.send()`` per record (futures not kept) then ``await flush()``.
 
+``--pin``: the broker's threads on the last CPU this process may use and every client process on the others
+(on a 2-CPU machine: the broker on one core, the client on the other), as when the broker is another machine.
+Without it, client and broker share all CPUs and the scheduler moves them about: on 2 CPUs that costs a
+client whose two threads take turns on the GIL more than one whose threads run in parallel (docs/design.md,
+"Performance budget"). Linux only.
+
 asyncio rows: kproducer.aio.AsyncProducer and aiokafka, each ``futs = [await send(...) for ...]`` then
 ``for f in futs: await f`` (every record's outcome awaited). The line under the table gives, for each, the
 longest single callback the loop ran (asyncio's slow-callback view), the longest GC pause and how late a 5 ms
@@ -413,6 +419,9 @@ CHILDREN: Dict[str, Callable[[argparse.Namespace, bytes], Dict[str, Any]]] = {
 
 
 def child_main(args: argparse.Namespace) -> int:
+    if args.cpus:
+        # before the client library starts any thread: its threads inherit this
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     payload = _payload(args.size)
     result = CHILDREN[args.child](args, payload)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KB on Linux
@@ -658,10 +667,35 @@ def tansu_rss_mb(broker: Any) -> float:
         return float("nan")
 
 
-def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: int, timeout: float) -> None:
+def pin_plan(pin: bool) -> Optional[Tuple[Set[int], int]]:
+    """With ``--pin``: (the clients' CPUs, the broker's CPU), the broker on the last CPU this process may use."""
+    if not pin:
+        return None
+    if not hasattr(os, "sched_getaffinity"):
+        raise SystemExit("--pin needs os.sched_setaffinity (Linux)")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin needs at least 2 CPUs; this process may use {cpus}")
+    return set(cpus[:-1]), cpus[-1]
+
+
+def pin_broker(broker: Any, cpu: int) -> None:
+    """Every thread of the broker's process onto ``cpu`` (again before each run: it may have started more)."""
+    pid = broker.proc.pid
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
+            pass
+
+
+def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: int, timeout: float,
+              cpus: Optional[Set[int]] = None) -> None:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", run.child, "--bootstrap", bootstrap,
            "--topic", topic, "--size", str(size), "--num", str(num), "--mode", run.mode,
            "--idempotence", run.idempotence, "--chunk", str(chunk)]
+    if cpus:
+        cmd += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
     if run.tls_ca:
         cmd += ["--tls-ca", run.tls_ca]
     if run.codec is not None:
@@ -774,7 +808,10 @@ def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, b
             broker.create_topic(topic, PARTITIONS)
             trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env, run.tls_ca, run.codec)
             start = time.monotonic()
-            run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout)
+            pins = pin_plan(args.pin)
+            if pins is not None:
+                pin_broker(broker, pins[1])
+            run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout, pins[0] if pins else None)
             if trial.result is not None:
                 total = end_offsets_sum(bootstrap, topic, **verify_settings)
                 trial.verified = None if total is None else total == num
@@ -814,6 +851,10 @@ def parent_main(args: argparse.Namespace) -> int:
     out: List[str] = []
     env_line = (f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
                 + ", ".join(f"{k} {v}" for k, v in versions().items()))
+    pins = pin_plan(args.pin)
+    if pins is not None:
+        env_line += (f"; pinned: broker on CPU {pins[1]}, clients on CPU "
+                     + ",".join(str(c) for c in sorted(pins[0])))
     print(env_line, file=sys.stderr)
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     results: Dict[str, Any] = {"environment": env_line, "sizes": []}
@@ -901,7 +942,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="the 100 B TLS rows (stunnel4 in front of tansu): run them when stunnel4 is installed "
                         "(auto, the default), never (off), or nothing else (only)")
     # child mode (internal)
+    p.add_argument("--pin", action="store_true",
+                   help="broker on the last CPU, clients on the others (Linux; see the module's docstring)")
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    p.add_argument("--cpus", help=argparse.SUPPRESS)
     p.add_argument("--bootstrap", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
     p.add_argument("--size", type=int, help=argparse.SUPPRESS)

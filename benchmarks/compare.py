@@ -52,7 +52,7 @@ advise. aiokafka's loop is ``await producer.send()`` per record (futures not kep
 (on a 2-CPU machine: the broker on one core, the client on the other), as when the broker is another machine.
 Without it, client and broker share all CPUs and the scheduler moves them about: on 2 CPUs that costs a
 client whose two threads take turns on the GIL more than one whose threads run in parallel (docs/design.md,
-"Performance budget"). Linux only.
+"Performance budget"). Linux only; in the TLS rows stunnel is not pinned.
 
 asyncio rows: kproducer.aio.AsyncProducer and aiokafka, each ``futs = [await send(...) for ...]`` then
 ``for f in futs: await f`` (every record's outcome awaited). The line under the table gives, for each, the

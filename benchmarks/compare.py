@@ -941,9 +941,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tls", choices=["auto", "off", "only"], default="auto",
                    help="the 100 B TLS rows (stunnel4 in front of tansu): run them when stunnel4 is installed "
                         "(auto, the default), never (off), or nothing else (only)")
-    # child mode (internal)
     p.add_argument("--pin", action="store_true",
                    help="broker on the last CPU, clients on the others (Linux; see the module's docstring)")
+    # child mode (internal)
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--cpus", help=argparse.SUPPRESS)
     p.add_argument("--bootstrap", help=argparse.SUPPRESS)

@@ -808,7 +808,7 @@ def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, b
             broker.create_topic(topic, PARTITIONS)
             trial = Run(run.label, run.child, run.module, run.mode, run.idempotence, run.env, run.tls_ca, run.codec)
             start = time.monotonic()
-            pins = pin_plan(args.pin)
+            pins = args.pins
             if pins is not None:
                 pin_broker(broker, pins[1])
             run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout, pins[0] if pins else None)
@@ -851,7 +851,7 @@ def parent_main(args: argparse.Namespace) -> int:
     out: List[str] = []
     env_line = (f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
                 + ", ".join(f"{k} {v}" for k, v in versions().items()))
-    pins = pin_plan(args.pin)
+    pins = args.pins = pin_plan(args.pin)  # (run_rows reads args.pins)
     if pins is not None:
         env_line += (f"; pinned: broker on CPU {pins[1]}, clients on CPU "
                      + ",".join(str(c) for c in sorted(pins[0])))

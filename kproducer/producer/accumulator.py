@@ -33,6 +33,7 @@ class AppendResult(NamedTuple):
 
 _tuple_new = tuple.__new__
 _ONE = (0,)
+_INF = float("inf")
 
 
 class _SequenceRows:
@@ -135,6 +136,10 @@ class RecordAccumulator:
         #: this accumulator's _closed: nonzero while all three let records in; whichever closes first clears it
         #: (here, Sender.fatal_error, Producer._refuse_records) and nothing reopens it
         self.gate = bytearray(b"\x01")
+        #: no queued batch reaches delivery.timeout.ms before this (inf: none queued at the last scan). It may be
+        #: earlier than the true next expiry (the batch it came from was drained since), never later: whatever
+        #: puts an older batch at the head of a queue (a retry, a split, a drain uncovering it) lowers it; a
+        #: new batch never expires before the ones queued already
         self.next_batch_expiry_ms = float("inf")
 
     # -- append (application threads) -------------------------------------------------------------
@@ -300,12 +305,13 @@ class RecordAccumulator:
         ready_nodes: Set[int] = set()
         next_delay = float("inf")
         unknown: Set[str] = set()
-        exhausted = self.free.queued() > 0
-        flushing = self._flushes_in_progress > 0
-        closing = self._closed
-        txn_completing = self.txn is not None and self.txn.is_completing()
+        # every partition's head batch is sendable now, lingering or not
+        forced = (self.free.queued() > 0 or self._flushes_in_progress > 0 or self._closed
+                  or (self.txn is not None and self.txn.is_completing()))
         linger = self.linger_ms
         leaders = cluster.leaders
+        nodes = cluster.nodes
+        muted = self._muted
         with self._lock:
             items = list(self._batches.items())
         for tp, dq in items:
@@ -316,21 +322,18 @@ class RecordAccumulator:
             except IndexError:
                 continue
             leader = leaders.get(tp)
-            if leader is None or leader not in cluster.nodes:
+            if leader is None or leader not in nodes:
                 unknown.add(tp[0])
                 continue
-            if leader in ready_nodes or tp in self._muted:
+            if leader in ready_nodes or tp in muted:
                 continue
             waited = now_ms - batch.last_attempt_ms
-            backing_off = batch.attempts > 0 and waited < batch.retry_backoff_ms
-            time_to_wait = batch.retry_backoff_ms if backing_off else linger
-            full = len(dq) > 1 or batch.is_full()
-            expired = waited >= time_to_wait
-            sendable = full or expired or exhausted or closing or flushing or txn_completing
-            if sendable and not backing_off:
+            if batch.attempts > 0 and waited < batch.retry_backoff_ms:  # backing off after a failed attempt
+                next_delay = min(next_delay, batch.retry_backoff_ms - waited)
+            elif forced or waited >= linger or len(dq) > 1 or batch.is_full():
                 ready_nodes.add(leader)
             else:
-                next_delay = min(next_delay, max(0.0, time_to_wait - waited))
+                next_delay = min(next_delay, linger - waited)
         return ReadyCheckResult(ready_nodes, next_delay, unknown)
 
     def _partitions_by_node(self, cluster: "Cluster") -> Dict[int, List[TopicPartition]]:
@@ -365,23 +368,29 @@ class RecordAccumulator:
         idx = start
         txn = self.txn
         with self._lock:
+            # idempotence: takes the head batch (its sequence) or keeps it waiting
+            take = txn.drain_sequencer() if txn is not None else None
+            if txn is not None and take is None:
+                return ready  # no batch may go now (e.g. the producer id is not known yet)
+            batches = self._batches
+            muted = self._muted
             while True:
                 tp = parts[idx]
                 idx = (idx + 1) % n
-                dq = self._batches.get(tp)
-                if dq and tp not in self._muted:
+                dq = batches.get(tp)
+                if dq and tp not in muted:
                     first = dq[0]
-                    if not first.is_backing_off(now_ms):
+                    if not (first.attempts > 0 and first.is_backing_off(now_ms)):
                         first_size = first.estimated_size()
                         if ready and size + first_size > max_size:
                             # a single batch larger than the request size is still sent, alone.
                             # The next drain starts at this partition, so that it is not starved.
                             idx = (idx - 1) % n
                             break
-                        if txn is None or not txn.should_stop_drain(first):
+                        if take is None or take(first):
                             dq.popleft()
-                            if txn is not None:
-                                txn.assign_sequence(first)
+                            if dq:
+                                self._head_queued(dq[0])
                             first.close_for_appends()
                             first.in_flight = True
                             first.drained_ms = now_ms
@@ -403,6 +412,14 @@ class RecordAccumulator:
                 self._insert_in_sequence_order(dq, batch)
             else:
                 dq.appendleft(batch)
+            self._head_queued(batch)
+
+    def _head_queued(self, batch: ProducerBatch) -> None:
+        """``batch`` is (or may be) at the head of its queue now, though older than batches queued since the
+        last expiry scan: it lowers the next expiry (the caller holds the lock)."""
+        deadline = batch.created_ms + self.delivery_timeout_ms
+        if deadline < self.next_batch_expiry_ms:
+            self.next_batch_expiry_ms = deadline
 
     @staticmethod
     def _insert_in_sequence_order(dq: Deque[ProducerBatch], batch: ProducerBatch) -> None:
@@ -467,6 +484,7 @@ class RecordAccumulator:
             else:
                 for part in reversed(parts):
                     dq.appendleft(part)
+            self._head_queued(parts[0])  # (the parts are as old as the batch they split)
         return len(parts)
 
     def split_out_failed_records(self, batch: ProducerBatch, failed: Dict[int, BaseException],
@@ -515,14 +533,18 @@ class RecordAccumulator:
         good.attempts = batch.attempts
         with self._lock:
             self._batches.setdefault(batch.tp, deque()).appendleft(good)
+            self._head_queued(good)
         return good
 
     # -- expiry ------------------------------------------------------------------------------------
 
     def expired_batches(self, now_ms: float) -> List[ProducerBatch]:
-        """Remove and return queued batches that have been waiting longer than delivery.timeout.ms."""
+        """Remove and return queued batches that have been waiting longer than delivery.timeout.ms (the
+        queues are scanned only once the next expiry is due, or when none was queued at the last scan)."""
         expired: List[ProducerBatch] = []
-        next_expiry = float("inf")
+        if now_ms < self.next_batch_expiry_ms < _INF:
+            return expired
+        next_expiry = _INF
         timeout = self.delivery_timeout_ms
         with self._lock:
             for dq in self._batches.values():
@@ -535,7 +557,7 @@ class RecordAccumulator:
                     else:
                         next_expiry = min(next_expiry, b.delivery_deadline(timeout))
                         break
-        self.next_batch_expiry_ms = next_expiry
+            self.next_batch_expiry_ms = next_expiry
         return expired
 
     # -- completion and bookkeeping ------------------------------------------------------------------

@@ -1,21 +1,15 @@
 """ProducerBatch: the records bound for one partition, sent and acknowledged together."""
 from __future__ import annotations
 
-import struct
 import sys
 import threading
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from ..protocol.compression import CODEC_NONE
 from ..protocol.records import (
-    _BODY_HEADER,
-    _MIN_BATCH_LENGTH,
-    _PREFIX,
     ATTR_TRANSACTIONAL,
-    MAGIC,
     RECORD_BATCH_OVERHEAD,
     RecordBatchBuilder,
-    _crc32c_fun,
 )
 from .compression_ratio import ESTIMATION_FACTOR, GUESSED, SAMPLED
 from .future import Callback, FutureRecordMetadata
@@ -122,7 +116,8 @@ class ProducerBatch:
         return self.builder._count  # (the builder's record_count, read several times per batch by the sender)
 
     def is_full(self) -> bool:
-        return self.closed or self.builder.estimated_size() >= self.builder.capacity
+        builder = self.builder
+        return self.closed or RECORD_BATCH_OVERHEAD + builder._len >= builder.capacity  # (builder.estimated_size())
 
     def estimated_size(self) -> int:
         """Bytes on the wire: exact once built; before, the uncompressed size, or for a compressed batch the
@@ -133,7 +128,7 @@ class ProducerBatch:
         ratio = self.compression_ratio
         if ratio:
             return RECORD_BATCH_OVERHEAD + int(self.builder.uncompressed_records_size() * ratio * ESTIMATION_FACTOR)
-        return self.builder.estimated_size()
+        return RECORD_BATCH_OVERHEAD + self.builder._len  # (builder.estimated_size(), without the call)
 
     def grow(self) -> bool:
         """A compressed batch refused a record at its capacity: give it room up to batch.size estimated
@@ -282,15 +277,11 @@ class ProducerBatch:
             view = self._view = builder.records_view()
         head = self._head
         if head is None:
-            count = builder.record_count
             try:
-                body_header = _BODY_HEADER.pack(
-                    ATTR_TRANSACTIONAL if self.is_transactional else 0, count - 1, builder.first_timestamp,
-                    builder.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, count)
-            except struct.error:
+                head = self._head = builder.batch_header(ATTR_TRANSACTIONAL if self.is_transactional else 0,
+                                                         self.producer_id, self.producer_epoch, self.base_sequence)
+            except ValueError:
                 return self.records()  # out-of-range producer state: build() says what is wrong
-            crc = _crc32c_fun(view, _crc32c_fun(body_header))
-            head = self._head = _PREFIX.pack(0, _MIN_BATCH_LENGTH + view.nbytes, -1, MAGIC, crc) + body_header
         return head, view
 
     # -- retries and expiry ------------------------------------------------------------------
@@ -349,6 +340,7 @@ class ProducerBatch:
     def done(self, base_offset: int, log_append_time: int, error: Optional[BaseException]) -> bool:
         """Complete every record: with offsets, or with ``error``. Only the first call counts
         (a response that arrives after the batch expired is ignored); returns whether it did."""
+        event: Optional[threading.Event] = None
         with self._lock:
             if self._done:
                 return False
@@ -357,10 +349,15 @@ class ProducerBatch:
             self.log_append_time = log_append_time
             self.error = error
             thunks, self.thunks = self.thunks, None
+            if not thunks:  # no callback to run first: settled at once (one take of the lock, not two)
+                self._settled = True
+                event = self._event
         if thunks:
             for callback, fut in thunks:
                 fut.fire(callback, self)
-        self._settle()
+            self._settle()
+        elif event is not None:
+            event.set()
         return True
 
     def hand_over(self, parts: List[Tuple["ProducerBatch", int]]) -> None:

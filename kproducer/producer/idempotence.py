@@ -105,11 +105,12 @@ class IdempotenceState:
         st = self._partitions.get(batch.tp)
         if st is None or not st.in_flight:
             return False
-        if batch.has_sequence() and self.is_current(batch):
+        pid, epoch = self.producer_id_and_epoch
+        if batch.base_sequence >= 0 and batch.producer_id == pid and batch.producer_epoch == epoch:
             # a retry goes out only when it is the first unacknowledged batch: order is kept
             return batch.base_sequence != st.in_flight[0].base_sequence
         for oldest in st.in_flight:
-            if not oldest.is_done():
+            if not oldest._done:
                 break
         else:
             return False
@@ -128,23 +129,33 @@ class IdempotenceState:
             return False
         return oldest not in islice(recent, 1, None)  # (batches compare by identity)
 
-    def assign_sequence(self, batch: ProducerBatch, transactional: bool) -> None:
-        """``batch`` is drained to be sent: it keeps its sequence (a retry) or gets the next one."""
+    def take_for_drain(self, batch: ProducerBatch, transactional: bool = False) -> bool:
+        """``batch`` (the head of its partition's queue) is about to be drained: False when it must wait
+        (:meth:`should_stop_drain`); else it keeps its sequence (a retry) or gets the next one, and True.
+        One call per drained batch (the drain's hot path: the checks are written out here)."""
+        if self.should_stop_drain(batch):
+            return False
         # Whatever sequence the batch carries now is the one the broker will answer: a sequence moved while
         # it was out (``reopened``) excuses only the OUT_OF_ORDER answer to the send before the move (Java
         # clears it in ProducerBatch.close at drain). Kept set, every later OUT_OF_ORDER_SEQUENCE answer
         # would be retried as well, until delivery.timeout.ms, instead of renewing the producer id.
         batch.reopened = False
-        if batch.has_sequence() and self.is_current(batch):
-            return
-        st = self.partition(batch.tp)
-        batch.set_producer_state(self.producer_id, self.producer_epoch, st.next_sequence, transactional)
-        st.next_sequence = (st.next_sequence + batch.record_count) & _SEQUENCE_MASK
+        pid, epoch = self.producer_id_and_epoch
+        if batch.base_sequence >= 0 and batch.producer_id == pid and batch.producer_epoch == epoch:
+            return True
+        tp = batch.tp
+        st = self._partitions.get(tp)
+        if st is None:
+            st = self._partitions[tp] = PartitionSequences()
+        seq = st.next_sequence
+        batch.set_producer_state(pid, epoch, seq, transactional)
+        st.next_sequence = (seq + batch.builder._count) & _SEQUENCE_MASK
         in_flight = st.in_flight
         in_flight.append(batch)
         st.recent.append(batch)
-        if len(in_flight) > 1 and in_flight[-2].base_sequence > batch.base_sequence:  # kept sorted: rarely moves
+        if len(in_flight) > 1 and in_flight[-2].base_sequence > seq:  # kept sorted: rarely moves
             in_flight.sort(key=lambda b: b.base_sequence)
+        return True
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
         """Parts of a split batch take over its sequence range in order."""
@@ -195,21 +206,28 @@ class IdempotenceState:
         if st is not None and batch in st.in_flight:
             st.in_flight.remove(batch)
 
-    def handle_completed_batch(self, batch: ProducerBatch, base_offset: int) -> None:
-        st = self._partitions.get(batch.tp)
-        if st is None or not self.is_current(batch):
-            return
-        in_flight = st.in_flight
-        if in_flight and in_flight[0] is batch:  # the usual case: acknowledged in sequence order
-            del in_flight[0]
-        elif batch in in_flight:
-            in_flight.remove(batch)
-        if batch.has_sequence():
-            last = batch.last_sequence
-            if last > st.last_acked_sequence or st.last_acked_sequence < 0:
-                st.last_acked_sequence = last
-        if base_offset >= 0:
-            st.last_acked_offset = max(st.last_acked_offset, base_offset + batch.record_count - 1)
+    def handle_completed_batches(self, completed: Iterable[Tuple[ProducerBatch, int]]) -> None:
+        """The broker wrote these batches (a produce response's, in its order) at these base offsets: each
+        leaves its partition's in-flight list, and the partition's last acknowledged sequence and offset
+        move on. Batches numbered under an older producer id or epoch change nothing."""
+        pid, epoch = self.producer_id_and_epoch
+        partitions = self._partitions
+        for batch, base_offset in completed:
+            st = partitions.get(batch.tp)
+            if st is None or batch.producer_id != pid or batch.producer_epoch != epoch:
+                continue
+            in_flight = st.in_flight
+            if in_flight and in_flight[0] is batch:  # the usual case: acknowledged in sequence order
+                del in_flight[0]
+            elif batch in in_flight:
+                in_flight.remove(batch)
+            count = batch.builder._count
+            if batch.base_sequence >= 0:
+                last = (batch.base_sequence + count - 1) & _SEQUENCE_MASK
+                if last > st.last_acked_sequence or st.last_acked_sequence < 0:
+                    st.last_acked_sequence = last
+            if base_offset >= 0 and base_offset + count - 1 > st.last_acked_offset:
+                st.last_acked_offset = base_offset + count - 1
 
     def has_later_sequences(self, batch: ProducerBatch) -> bool:
         """Whether batches were numbered after ``batch`` in its partition."""

@@ -382,7 +382,7 @@ class ProducerMetrics:
             builder = b.builder
             n = builder._count
             size = b.estimated_size()
-            raw = builder.estimated_size()
+            raw = RECORD_BATCH_OVERHEAD + builder._len  # (builder.estimated_size())
             ratio = size / raw if raw > 0 else 1.0
             queued = b.drained_ms - b.created_ms
             if n:

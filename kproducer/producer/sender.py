@@ -84,6 +84,9 @@ class Sender(threading.Thread):
         self.running = True
         self.force_close = False
         self._in_flight_batches: Dict[TopicPartition, List[ProducerBatch]] = {}
+        #: no in-flight batch reaches delivery.timeout.ms before this; earlier than the true next expiry once the
+        #: batch it came from is acknowledged (the in-flight lists are scanned then), never later
+        self._next_in_flight_expiry = float("inf")
         self._fatal_error: Optional[BaseException] = None
         self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
         self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
@@ -385,9 +388,12 @@ class Sender(threading.Thread):
         result = acc.ready(cluster, now)
         ready_nodes, not_ready_timeout = self._sendable_nodes(result, now)
         batches = acc.drain(cluster, ready_nodes, self.max_request_size, now) if ready_nodes else {}
+        timeout_ms = acc.delivery_timeout_ms
         for node_batches in batches.values():
             for b in node_batches:
                 self._in_flight_batches.setdefault(b.tp, []).append(b)
+                if b.created_ms + timeout_ms < self._next_in_flight_expiry:
+                    self._next_in_flight_expiry = b.created_ms + timeout_ms
                 if self.guarantee_message_order:
                     acc.mute(b.tp)
         self._fail_expired_batches(now)
@@ -412,16 +418,22 @@ class Sender(threading.Thread):
                         self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                              f"could not send the request to node {node}: {e}", now)
         if ready_nodes:
-            timeout = min(timeout, self._after_send_timeout(cluster, now))
+            timeout = min(timeout, self._after_send_timeout(cluster, now, ready_nodes))
         return max(0.0, timeout)
 
-    def _after_send_timeout(self, cluster: Cluster, now: float) -> float:
-        """How long the poll after sending may wait. Java polls with 0 here, so that the next iteration sends
-        whatever else is ready at once; usually nothing is (the node is at max.in.flight, or the other batches
-        are lingering), and that iteration cost about as much as the one that sent. So the accumulator is asked
-        again now, as that iteration would first: 0 while a ready node can take another request; else until
-        the next batch is due, a throttle ends, or a connection may be retried (a response, a new or full
-        batch and a wakeup end the poll sooner)."""
+    def _after_send_timeout(self, cluster: Cluster, now: float, sent_to: Set[int]) -> float:
+        """How long the poll after sending to ``sent_to`` may wait. Java polls with 0 here, so that the next
+        iteration sends whatever else is ready at once; usually nothing is (the node is at max.in.flight, or the
+        other batches are lingering), and that iteration cost about as much as the one that sent. So the
+        accumulator is asked again now, as that iteration would first: 0 while a ready node can take another
+        request; else until the next batch is due, a throttle ends, or a connection may be retried (a response,
+        a new or full batch and a wakeup end the poll sooner). When none of ``sent_to`` can take another request
+        now (each at max.in.flight: the usual case under load), the answer is known without asking: the
+        partitions of those nodes wait for a response, which ends the poll, and for every other partition
+        the timeout computed before sending stands (inf is returned)."""
+        is_ready = self.client.is_ready
+        if not any(is_ready(node, now) for node in sent_to):
+            return float("inf")
         again = self.accumulator.ready(cluster, now)
         nodes, not_ready_timeout = self._sendable_nodes(again, now)
         return 0.0 if nodes else min(again.next_ready_check_delay_ms, not_ready_timeout)
@@ -446,7 +458,7 @@ class Sender(threading.Thread):
         """Fail queued and in-flight batches older than delivery.timeout.ms."""
         acc = self.accumulator
         expired = acc.expired_batches(now)
-        expired_in_flight = self._expired_in_flight_batches(now)
+        expired_in_flight = self._expired_in_flight_batches(now) if now >= self._next_in_flight_expiry else []
         for b in expired:
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
@@ -461,22 +473,24 @@ class Sender(threading.Thread):
                 f"{acc.delivery_timeout_ms:.0f}) while the batch was in flight"), True)
 
     def _expired_in_flight_batches(self, now: float) -> List[ProducerBatch]:
+        """Take the in-flight batches past delivery.timeout.ms off the in-flight lists (those not done yet are
+        returned, to be failed), and find when the next one is due."""
         timeout = self.accumulator.delivery_timeout_ms
         expired = []
+        soonest = float("inf")
         for batches in self._in_flight_batches.values():
             while batches and batches[0].has_reached_delivery_timeout(timeout, now):
                 b = batches.pop(0)
                 if not b.is_done():
                     expired.append(b)
+            if batches:
+                soonest = min(soonest, batches[0].delivery_deadline(timeout))
+        self._next_in_flight_expiry = soonest
         return expired
 
     def _in_flight_expiry(self, now: float) -> float:
-        timeout = self.accumulator.delivery_timeout_ms
-        soonest = float("inf")
-        for batches in self._in_flight_batches.values():
-            if batches:
-                soonest = min(soonest, batches[0].delivery_deadline(timeout) - now)
-        return soonest
+        """How long until an in-flight batch may reach delivery.timeout.ms (see ``_next_in_flight_expiry``)."""
+        return self._next_in_flight_expiry - now
 
     # -- produce requests ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Set, Tuple, Type, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
@@ -892,17 +892,24 @@ class TransactionManager:
                 b.set_producer_state(NO_PRODUCER.producer_id, NO_PRODUCER.epoch, -1, False)
             return True
 
-    def should_stop_drain(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` (the head of its queue) must wait (Java's shouldStopDrainBatchesForPartition)."""
+    def drain_sequencer(self) -> Optional[Callable[[ProducerBatch], bool]]:
+        """For one drain (the sender thread, under the accumulator's lock): a function given the head batch
+        of a partition's queue that keeps it waiting (False; Java's ``shouldStopDrainBatchesForPartition``)
+        or gives it its sequence to be sent (True; a retry keeps its own). None when no batch may go now:
+        there is no producer id yet, a reset of it is due, or the transactional id is being initialized.
+        What holds for the whole drain is checked here, once."""
         if not self.has_producer_id() or self.reset_required:
-            return True
-        if self.is_transactional and (batch.tp not in self.partitions_in_txn
-                                      or self._state == State.INITIALIZING):
-            return True
-        return self._idempotence.should_stop_drain(batch)
+            return None
+        take = self._idempotence.take_for_drain
+        if not self.is_transactional:
+            return take
+        if self._state == State.INITIALIZING:
+            return None
+        in_txn = self.partitions_in_txn
 
-    def assign_sequence(self, batch: ProducerBatch) -> None:
-        self._idempotence.assign_sequence(batch, self.is_transactional)
+        def take_in_transaction(batch: ProducerBatch) -> bool:
+            return batch.tp in in_txn and take(batch, True)  # a partition not added to the transaction waits
+        return take_in_transaction
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
         with self._lock:
@@ -930,9 +937,7 @@ class TransactionManager:
     def handle_completed_batches(self, completed: Iterable[Tuple[ProducerBatch, int]]) -> None:
         """The broker wrote these batches, at these base offsets (a produce response's): one take of the lock."""
         with self._lock:
-            handle = self._idempotence.handle_completed_batch
-            for batch, base_offset in completed:
-                handle(batch, base_offset)
+            self._idempotence.handle_completed_batches(completed)
 
     def handle_failed_batch(self, batch: ProducerBatch, error: BaseException, sequence_unknown: bool,
                             queued: List[ProducerBatch]) -> None:

@@ -25,6 +25,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -442,11 +443,84 @@ static PyObject *RecordsBuffer_extend(RecordsBuffer *self, PyObject *const *args
     return PyLong_FromSsize_t(pos);
 }
 
+static uint32_t crc32c_any(uint32_t crc, const unsigned char *p, size_t n); /* (the CRC section below) */
+
+static inline void put_be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+/* a producer field of batch_header(): false (no exception) when it is not an int of the field's range */
+static int header_field(PyObject *o, long long lo, long long hi, long long *out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/*
+ * batch_header(attributes, producer_id, producer_epoch, base_sequence) -> bytes: the 61-byte RecordBatch v2
+ * header of the records written so far, uncompressed (baseOffset 0, partitionLeaderEpoch -1), CRC included
+ * (twin: records._RecordsBufferPy.batch_header). ValueError when a field is out of its range.
+ */
+static PyObject *RecordsBuffer_batch_header(RecordsBuffer *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "batch_header(attributes, producer_id, producer_epoch, base_sequence)");
+        return NULL;
+    }
+    if (check_buffer(self) < 0) return NULL;
+    long long attrs = 0, pid = 0, epoch = 0, seq = 0;
+    int ok[4] = {header_field(args[0], -32768, 32767, &attrs), header_field(args[1], LLONG_MIN, LLONG_MAX, &pid),
+                 header_field(args[2], -32768, 32767, &epoch), header_field(args[3], INT32_MIN, INT32_MAX, &seq)};
+    for (int i = 0; i < 4; i++) {
+        if (ok[i] < 0) return NULL;
+    }
+    if (!ok[0] || !ok[1] || !ok[2] || !ok[3] || self->count > INT32_MAX) {
+        PyObject *rp = PyObject_Repr(args[1]), *re = PyObject_Repr(args[2]), *rs = PyObject_Repr(args[3]);
+        if (rp != NULL && re != NULL && rs != NULL)
+            PyErr_Format(PyExc_ValueError,
+                         "batch header field out of range (producer_id=%U, producer_epoch=%U, base_sequence=%U, "
+                         "records=%lld)", rp, re, rs, (long long)self->count);
+        Py_XDECREF(rp);
+        Py_XDECREF(re);
+        Py_XDECREF(rs);
+        return NULL;
+    }
+    Py_ssize_t len = self->len;
+    if (len > PyByteArray_GET_SIZE(self->buf)) {
+        PyErr_SetString(PyExc_ValueError, "the batch's records were released");
+        return NULL;
+    }
+    unsigned char h[61];
+    put_be(h, 0, 8);                                /* baseOffset */
+    put_be(h + 8, (uint64_t)(49 + len), 4);         /* batchLength: from partitionLeaderEpoch on */
+    put_be(h + 12, 0xFFFFFFFFu, 4);                 /* partitionLeaderEpoch -1 */
+    h[16] = 2;                                      /* magic */
+    put_be(h + 21, (uint64_t)attrs, 2);
+    put_be(h + 23, (uint64_t)(self->count - 1), 4); /* lastOffsetDelta */
+    put_be(h + 27, (uint64_t)self->base_ts, 8);
+    put_be(h + 35, (uint64_t)self->max_ts, 8);
+    put_be(h + 43, (uint64_t)pid, 8);
+    put_be(h + 51, (uint64_t)epoch, 2);
+    put_be(h + 53, (uint64_t)seq, 4);
+    put_be(h + 57, (uint64_t)self->count, 4);
+    uint32_t crc = crc32c_any(0, h + 21, 40);         /* from attributes to the end of the batch */
+    crc = crc32c_any(crc, (const unsigned char *)PyByteArray_AS_STRING(self->buf), (size_t)len);
+    put_be(h + 17, crc, 4);
+    return PyBytes_FromStringAndSize((const char *)h, 61);
+}
+
 static PyMethodDef RecordsBuffer_methods[] = {
     {"try_append", (PyCFunction)(void (*)(void))RecordsBuffer_try_append, METH_FASTCALL,
      "Encode one record into the batch; its offset delta, or -1 when the batch is full."},
     {"extend", (PyCFunction)(void (*)(void))RecordsBuffer_extend, METH_FASTCALL,
      "Append records indices[pos:] until the batch is full; returns the next position."},
+    {"batch_header", (PyCFunction)(void (*)(void))RecordsBuffer_batch_header, METH_FASTCALL,
+     "The 61-byte batch header of the records, uncompressed, with its CRC."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -747,6 +821,13 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uns
 #endif
 
 static int use_hw_crc = 0;
+
+static uint32_t crc32c_any(uint32_t crc, const unsigned char *p, size_t n) {
+#ifdef HAVE_HW_CRC
+    if (use_hw_crc) return crc_hw(crc, p, n);
+#endif
+    return crc_soft(crc, p, n);
+}
 
 static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 2) {

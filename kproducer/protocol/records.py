@@ -249,6 +249,23 @@ def _encode_headers(headers: Sequence[Header]) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
+def batch_header(attributes: int, count: int, base_timestamp: int, max_timestamp: int, producer_id: int,
+                 producer_epoch: int, base_sequence: int, section: Union[bytes, memoryview]) -> bytes:
+    """The 61-byte RecordBatch v2 header (baseOffset 0, partitionLeaderEpoch -1) of a batch of ``count`` records
+    whose records section (compressed or not) is ``section``, its CRC included. ValueError when a field is out
+    of its range. (Compiled twin, for the records a builder holds uncompressed: ``RecordsBuffer.batch_header``.)"""
+    try:
+        body_header = _BODY_HEADER.pack(attributes, count - 1, base_timestamp, max_timestamp, producer_id,
+                                        producer_epoch, base_sequence, count)
+    except struct.error as exc:
+        raise ValueError(
+            f"batch header field out of range (producer_id={producer_id}, "
+            f"producer_epoch={producer_epoch}, base_sequence={base_sequence}): {exc}"
+        ) from None
+    crc = _crc32c_fun(section, _crc32c_fun(body_header))
+    return _PREFIX.pack(0, _MIN_BATCH_LENGTH + len(section), -1, MAGIC, crc) + body_header
+
+
 class _RecordsBufferPy:
     """The encoded records of one batch: the pure-Python twin of ``_speedups.RecordsBuffer``, the
     base of :class:`RecordBatchBuilder` (the compiled one is used when it is available)."""
@@ -271,6 +288,15 @@ class _RecordsBufferPy:
         self._max_ts = NO_TIMESTAMP
         #: the size of the largest record written, its length prefix included (record-size-avg/max)
         self._max_rec = 0
+
+    def batch_header(self, attributes: int, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """The 61-byte batch header of the records written so far, uncompressed, CRC included (see
+        :func:`batch_header`)."""
+        if self._len > len(self._buf):
+            raise ValueError("the batch's records were released")
+        with memoryview(self._buf) as whole, whole[: self._len] as records:
+            return batch_header(attributes, self._count, self._base_ts, self._max_ts, producer_id, producer_epoch,
+                                base_sequence, records)
 
     def _try_append_py(
         self,
@@ -505,31 +531,14 @@ class RecordBatchBuilder(_RecordsBase):
         build is allowed and invalidates the cache.
         """
         section = self.records_section()
-        count = self._count
         attributes = self.compression
         if is_transactional:
             attributes |= ATTR_TRANSACTIONAL
         if is_control:
             attributes |= ATTR_CONTROL
-        try:
-            body_header = _BODY_HEADER.pack(
-                attributes,
-                count - 1,
-                self._base_ts,
-                self._max_ts,
-                producer_id,
-                producer_epoch,
-                base_sequence,
-                count,
-            )
-        except struct.error as exc:
-            raise ValueError(
-                f"batch header field out of range (producer_id={producer_id}, "
-                f"producer_epoch={producer_epoch}, base_sequence={base_sequence}): {exc}"
-            ) from None
-        crc = _crc32c_fun(section, _crc32c_fun(body_header))
-        prefix = _PREFIX.pack(0, _MIN_BATCH_LENGTH + len(section), -1, MAGIC, crc)
-        return b"".join((prefix, body_header, section))
+        head = batch_header(attributes, self._count, self._base_ts, self._max_ts, producer_id, producer_epoch,
+                            base_sequence, section)
+        return head + section
 
 
 def build_control_batch(

@@ -514,6 +514,47 @@ def test_a_retried_batch_expires_too() -> None:
     assert env.acc.expired_batches(env.now) == [batch]
 
 
+def test_the_queues_are_scanned_for_expiry_only_once_a_batch_may_be_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sender asks for expired batches every iteration; the queues are looked at only from the next expiry
+    found by the last scan on (or while nothing was queued at the last scan)."""
+    env = Env(batch_size=100, delivery_timeout_ms=1000)
+    looked: List[ProducerBatch] = []
+    reached = ProducerBatch.has_reached_delivery_timeout
+
+    def counting(self: ProducerBatch, timeout: float, now: float) -> bool:
+        looked.append(self)
+        return reached(self, timeout, now)
+
+    monkeypatch.setattr(ProducerBatch, "has_reached_delivery_timeout", counting)
+    assert env.acc.expired_batches(env.now) == [] and looked == []  # nothing queued
+    env.append(TP0, b"a" * 60)
+    env.append(TP1, b"b" * 60)
+    assert env.acc.expired_batches(env.now) == [] and len(looked) == 2
+    for _ in range(5):
+        env.clock.advance(199)
+        assert env.acc.expired_batches(env.now) == []
+    assert len(looked) == 2  # not due before 1000 ms
+    env.clock.advance(5)
+    assert len(env.acc.expired_batches(env.now)) == 2
+
+
+def test_a_retried_batch_put_back_lowers_the_next_expiry() -> None:
+    """A retry is older than the batches queued since the last scan: putting it back must bring the next expiry
+    forward to its own, or it would outlive delivery.timeout.ms."""
+    env = Env(linger_ms=0, delivery_timeout_ms=1000)
+    env.append(TP0)
+    [retry] = env.drain()[1]
+    env.clock.advance(500)
+    env.append(TP0)
+    assert env.acc.expired_batches(env.now) == []
+    assert env.acc.next_batch_expiry_ms == retry.created_ms + 1500  # the new batch's: the first is in flight
+    env.clock.advance(400)
+    env.acc.reenqueue(retry, env.now)
+    assert env.acc.next_batch_expiry_ms == retry.created_ms + 1000
+    env.clock.advance(100)
+    assert env.acc.expired_batches(env.now) == [retry]
+
+
 # -- abort / flush / bookkeeping -------------------------------------------------------------------
 
 

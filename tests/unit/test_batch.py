@@ -242,6 +242,14 @@ def test_request_records_are_the_built_batch_in_parts(state: Tuple[int, int, int
     assert b"".join(again) == b.builder.build(4001, 0, 7, state[3])
 
 
+def test_request_records_refuse_an_out_of_range_producer_state_as_build_does() -> None:
+    b = new_batch()
+    b.try_append(1, None, b"v", None, None, 1000.0)
+    b.set_producer_state(2**63, 0, 0, False)  # (no broker gives such an id: a corrupt state says what is wrong)
+    with pytest.raises(ValueError, match="out of range"):
+        b.request_records()
+
+
 def test_request_records_of_a_compressed_batch_are_its_built_bytes() -> None:
     b = ProducerBatch("t", 0, RecordBatchBuilder(1000, compression=1), 1000.0)
     b.try_append(1, None, b"v" * 50, None, None, 1000.0)

@@ -906,6 +906,31 @@ def test_after_a_send_that_fills_max_in_flight_the_sender_waits_for_a_response()
     assert len(h.produce_requests()) == 2
 
 
+def test_after_a_send_that_fills_max_in_flight_the_accumulator_is_not_asked_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every node just sent to at max.in.flight, the partitions of those nodes wait for a response and the
+    others' timing is what ready() found before the drain: one ready() per iteration, not two."""
+    h = Harness(topics={"t": [1, 2]}, brokers={1: ("broker1", 9092), 2: ("broker2", 9092)},
+                max_in_flight_requests_per_connection=1, batch_size=1024, linger_ms=50)
+    h.boot()
+    h.selector.script(m.PRODUCE, HOLD)
+    h.send(value=b"x" * 900, partition=0)
+    h.send(value=b"x" * 900, partition=0)  # a full batch: node 1 is ready at once
+    h.advance(20)
+    h.send(value=b"b", partition=1)  # node 2's partition: due in 50 ms
+    asked: List[float] = []
+    ready = h.accumulator.ready
+
+    def counting(cluster: Any, now: float) -> Any:
+        asked.append(now)
+        return ready(cluster, now)
+
+    monkeypatch.setattr(h.accumulator, "ready", counting)
+    h.run()
+    assert len(h.selector.held(m.PRODUCE)) == 1 and len(asked) == 1
+    assert h.selector.poll_timeouts[-1] == 50  # node 2's batch lingers out then; a response ends it sooner
+
+
 def test_after_a_send_the_sender_loops_at_once_while_the_broker_takes_more() -> None:
     """What Java's zero poll is for: more ready batches than one request holds (max.request.size) go in the
     next iteration, without waiting."""

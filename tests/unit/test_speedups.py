@@ -172,3 +172,47 @@ def test_bytes_longest_matches_its_python_twin() -> None:
     assert speedups.bytes_longest([b"abc", "x"]) == -1
     with pytest.raises(TypeError, match="takes a sequence"):
         speedups.bytes_longest(3)
+
+
+def test_batch_header_matches_its_python_twin() -> None:
+    """RecordsBuffer.batch_header (the 61-byte header of a produce request's batch, CRC included) makes the bytes
+    its twin does, over records of every shape, for each producer state, and both refuse the same out-of-range
+    fields with ValueError."""
+    assert speedups is not None
+    from kproducer.protocol.records import _RecordsBufferPy
+
+    rng = random.Random(7)
+    states = [(0, -1, -1, -1), (0x10, 0, 0, 0), (0, 2**63 - 1, 32767, 2**31 - 1), (0x10, 4000, 3, 2**31 - 5),
+              (-32768, -(2**63), -32768, -(2**31))]
+    for trial in range(40):
+        cap = rng.choice([200, 16384])
+        storage = rng.choice([None, 16384])  # the builder's own storage, or a pool-sized one
+        c = speedups.RecordsBuffer(cap, None if storage is None else bytearray(storage))
+        py = _RecordsBufferPy(cap, None if storage is None else bytearray(storage))
+        for _ in range(rng.randint(0 if trial == 0 else 1, 60)):
+            rec = _random_record(rng)
+            assert c.try_append(*rec) == py._try_append_py(*rec)
+        for state in states:
+            head = c.batch_header(*state)
+            assert head == py.batch_header(*state) and len(head) == 61
+            if trial and state[0] == 0:
+                # the header and the records are the batch build() makes, and a reader finds its CRC right
+                whole = head + bytes(c._buf[: c._len])
+                assert whole == _copy_into_builder(c, cap).build(*state[1:])
+                assert read_batches(whole, verify_crc=True)[0].record_count == c._count
+    for bad in [(0, 2**63, 0, 0), (0, -(2**63) - 1, 0, 0), (0, 1, 2**15, 0), (0, 1, -(2**15) - 1, 0),
+                (0, 1, 0, 2**31), (0, 1, 0, -(2**31) - 1), (2**15, 1, 0, 0)]:
+        for buffer in (c, py):
+            with pytest.raises(ValueError, match="out of range"):
+                buffer.batch_header(*bad)
+
+
+def _copy_into_builder(src: "object", cap: int) -> RecordBatchBuilder:
+    """A builder holding the same records as ``src`` (a RecordsBuffer), copied field by field."""
+    b = RecordBatchBuilder(cap)
+    b._buf = bytearray(src._buf[: src._len])  # type: ignore[attr-defined]
+    b._len = src._len  # type: ignore[attr-defined]
+    b._count = src._count  # type: ignore[attr-defined]
+    b._base_ts = src._base_ts  # type: ignore[attr-defined]
+    b._max_ts = src._max_ts  # type: ignore[attr-defined]
+    return b

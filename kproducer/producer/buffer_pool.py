@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable, Deque, Iterable, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
+from ..protocol.accel import speedups
 from ..protocol.records import RECORD_BATCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -41,9 +42,10 @@ class _Waiter:
         self.collected = 0
 
 
-def in_use(buf: bytearray) -> bool:
+def _in_use_py(buf: bytearray) -> bool:
     """Whether something still holds a view (memoryview, buffer export) of ``buf``: CPython refuses to
-    resize an exported bytearray. Shrinking by a byte and growing back keeps its allocation."""
+    resize an exported bytearray. Shrinking by a byte and growing back keeps its allocation. (Compiled twin,
+    which reads the bytearray's export count: ``_speedups.bytearray_exported``.)"""
     if not buf:
         return False
     try:
@@ -53,6 +55,9 @@ def in_use(buf: bytearray) -> bool:
         return True
     buf.append(last)
     return False
+
+
+in_use: Callable[[bytearray], bool] = speedups.bytearray_exported if speedups is not None else _in_use_py
 
 
 class BufferPool:

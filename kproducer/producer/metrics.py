@@ -21,9 +21,10 @@ import json
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..protocol.accel import speedups
 from ..protocol.records import RECORD_BATCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -269,6 +270,70 @@ NODE_METRICS: Tuple[Tuple[str, str], ...] = (
 StatsCallback = Callable[[str], Any]
 
 
+RequestStats = Tuple[int, int, int, int, float, float, float, float, int, int, int, Dict[str, List[float]]]
+
+
+def _request_stats_py(batches: Sequence["ProducerBatch"]) -> RequestStats:
+    """What :meth:`ProducerMetrics.record_produce_request` records of a produce request's batches: the records,
+    the batches, the sum and largest of their sizes (what drain packs by), of their compression ratios and of
+    their queue times, the sum, largest and count of the batch-sized largest records, and per topic [records,
+    bytes, ratio sum, ratio max, batches]. (Compiled twin: ``_speedups.produce_request_stats``.)"""
+    records = 0
+    count = 0
+    size_sum = 0
+    size_max = 0
+    ratio_sum = 0.0
+    ratio_max = _NEG_INF
+    queue_sum = 0.0
+    queue_max = _NEG_INF
+    rsize_sum = 0
+    rsize_max = 0
+    rsize_count = 0
+    per_topic: Dict[str, List[float]] = {}
+    for b in batches:
+        builder = b.builder
+        n = builder._count
+        size = b.estimated_size()
+        raw = RECORD_BATCH_OVERHEAD + builder._len  # (builder.estimated_size())
+        ratio = size / raw if raw > 0 else 1.0
+        queued = b.drained_ms - b.created_ms
+        if n:
+            largest = builder._max_rec + RECORD_BATCH_OVERHEAD
+            rsize_sum += largest
+            rsize_count += 1
+            if largest > rsize_max:
+                rsize_max = largest
+        if queued < 0.0:
+            queued = 0.0
+        records += n
+        count += 1
+        size_sum += size
+        if size > size_max:
+            size_max = size
+        ratio_sum += ratio
+        if ratio > ratio_max:
+            ratio_max = ratio
+        queue_sum += queued
+        if queued > queue_max:
+            queue_max = queued
+        t = per_topic.get(b.topic)
+        if t is None:
+            per_topic[b.topic] = [n, size, ratio, ratio, 1]
+        else:
+            t[0] += n
+            t[1] += size
+            t[2] += ratio
+            if ratio > t[3]:
+                t[3] = ratio
+            t[4] += 1
+    return (records, count, size_sum, size_max, ratio_sum, ratio_max, queue_sum, queue_max, rsize_sum, rsize_max,
+            rsize_count, per_topic)
+
+
+_request_stats: Callable[[Sequence["ProducerBatch"]], RequestStats] = (
+    speedups.produce_request_stats if speedups is not None else _request_stats_py)
+
+
 class ProducerMetrics:
     """Every metric of one producer. Written by the network thread (and by send() for records that fail
     there, by appenders waiting for buffer memory); read from any thread. One lock guards all of it.
@@ -355,7 +420,7 @@ class ProducerMetrics:
             sensors = self._nodes[node] = _NodeSensors(self.config)
         return sensors
 
-    def record_produce_request(self, node: int, batches: Iterable["ProducerBatch"]) -> None:
+    def record_produce_request(self, node: int, batches: Sequence["ProducerBatch"]) -> None:
         """A produce request to ``node`` carrying ``batches`` was sent (their records are built): per batch
         its size, compression ratio, queue time and the topic's records and bytes; per request the record
         count (Java's Sender.updateProduceRequestMetrics). All happen at one time, so each sensor takes the
@@ -365,55 +430,8 @@ class ProducerMetrics:
         record (the 61-byte batch header included); the builder keeps its largest record's size as it writes
         them (one comparison per record where the record is written, instead of a walk over the batch here)."""
         now = self.clock.monotonic_ms()
-        records = 0
-        count = 0
-        size_sum = 0
-        size_max = 0
-        ratio_sum = 0.0
-        ratio_max = _NEG_INF
-        queue_sum = 0.0
-        queue_max = _NEG_INF
-        rsize_sum = 0
-        rsize_max = 0
-        rsize_count = 0
-        # topic -> [records, bytes, ratio sum, ratio max, batches]
-        per_topic: Dict[str, List[float]] = {}
-        for b in batches:
-            builder = b.builder
-            n = builder._count
-            size = b.estimated_size()
-            raw = RECORD_BATCH_OVERHEAD + builder._len  # (builder.estimated_size())
-            ratio = size / raw if raw > 0 else 1.0
-            queued = b.drained_ms - b.created_ms
-            if n:
-                largest = builder._max_rec + RECORD_BATCH_OVERHEAD
-                rsize_sum += largest
-                rsize_count += 1
-                if largest > rsize_max:
-                    rsize_max = largest
-            if queued < 0.0:
-                queued = 0.0
-            records += n
-            count += 1
-            size_sum += size
-            if size > size_max:
-                size_max = size
-            ratio_sum += ratio
-            if ratio > ratio_max:
-                ratio_max = ratio
-            queue_sum += queued
-            if queued > queue_max:
-                queue_max = queued
-            t = per_topic.get(b.topic)
-            if t is None:
-                per_topic[b.topic] = [n, size, ratio, ratio, 1]
-            else:
-                t[0] += n
-                t[1] += size
-                t[2] += ratio
-                if ratio > t[3]:
-                    t[3] = ratio
-                t[4] += 1
+        (records, count, size_sum, size_max, ratio_sum, ratio_max, queue_sum, queue_max, rsize_sum, rsize_max,
+         rsize_count, per_topic) = _request_stats(batches)
         with self._lock:
             if count:
                 self._batch_size.record_many(size_sum, count, size_max, now)

@@ -26,6 +26,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <limits.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -3371,6 +3372,173 @@ static PyObject *encode_produce_request(PyObject *self, PyObject *const *args, P
     return w.parts;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The sender's bookkeeping per produce request (twins in kproducer/producer/metrics.py and buffer_pool.py).
+ */
+
+static PyObject *str_builder, *str_estimated_size, *str_drained_ms, *str_created_ms, *str_topic, *str_count_attr,
+    *str_len_attr, *str_max_rec_attr;
+
+static int attr_longlong(PyObject *o, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int attr_double(PyObject *o, PyObject *name, double *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) return -1;
+    *out = PyFloat_AsDouble(v);
+    Py_DECREF(v);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+typedef struct {
+    long long records, bytes, batches;
+    double ratio_sum, ratio_max;
+} topic_stats;
+
+/* one batch of produce_request_stats: its figures (*topic: a new reference) */
+static int batch_stats(PyObject *b, long long *n, long long *size, long long *len, long long *max_rec, double *queued,
+                       PyObject **topic) {
+    PyObject *builder = PyObject_GetAttr(b, str_builder);
+    if (builder == NULL) return -1;
+    int rc = 0;
+    if (PyObject_TypeCheck(builder, &RecordsBufferType)) {
+        RecordsBuffer *rb = (RecordsBuffer *)builder;
+        *n = rb->count;
+        *len = rb->len;
+        *max_rec = rb->max_rec;
+    } else {
+        rc = (attr_longlong(builder, str_count_attr, n) < 0 || attr_longlong(builder, str_len_attr, len) < 0 ||
+              attr_longlong(builder, str_max_rec_attr, max_rec) < 0) ? -1 : 0;
+    }
+    Py_DECREF(builder);
+    if (rc < 0) return -1;
+    PyObject *sz = PyObject_CallMethodNoArgs(b, str_estimated_size); /* (what drain packs by) */
+    if (sz == NULL) return -1;
+    *size = PyLong_AsLongLong(sz);
+    Py_DECREF(sz);
+    if (*size == -1 && PyErr_Occurred()) return -1;
+    double drained, created;
+    if (attr_double(b, str_drained_ms, &drained) < 0 || attr_double(b, str_created_ms, &created) < 0) return -1;
+    *queued = drained - created;
+    *topic = PyObject_GetAttr(b, str_topic);
+    return *topic == NULL ? -1 : 0;
+}
+
+/*
+ * produce_request_stats(batches) -> (records, batches, size_sum, size_max, ratio_sum, ratio_max, queue_sum,
+ * queue_max, record_size_sum, record_size_max, record_size_count, per_topic): the figures
+ * ProducerMetrics.record_produce_request records of one produce request's batches; per_topic maps a topic to
+ * [records, bytes, ratio sum, ratio max, batches]. Twin (which says what each is): metrics._request_stats_py.
+ */
+static PyObject *produce_request_stats(PyObject *module, PyObject *batches) {
+    PyObject *seq = PySequence_Fast(batches, "produce_request_stats(batches): batches must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t nb = PySequence_Fast_GET_SIZE(seq);
+    long long records = 0, count = 0, size_sum = 0, size_max = 0, rsize_sum = 0, rsize_max = 0, rsize_count = 0;
+    double ratio_sum = 0.0, ratio_max = -INFINITY, queue_sum = 0.0, queue_max = -INFINITY;
+    PyObject *topics = PyList_New(0); /* the topics in order of appearance; their figures in ts[] */
+    topic_stats *ts = nb > 0 ? PyMem_Calloc((size_t)nb, sizeof(topic_stats)) : NULL;
+    PyObject *result = NULL;
+    if (topics == NULL || (nb > 0 && ts == NULL)) {
+        if (ts == NULL && nb > 0) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        long long n, size, len, max_rec;
+        double queued;
+        PyObject *topic;
+        if (batch_stats(PySequence_Fast_GET_ITEM(seq, i), &n, &size, &len, &max_rec, &queued, &topic) < 0) goto done;
+        long long raw = 61 + len;
+        double ratio = raw > 0 ? (double)size / (double)raw : 1.0;
+        if (n) {
+            long long largest = max_rec + 61;
+            rsize_sum += largest;
+            rsize_count++;
+            if (largest > rsize_max) rsize_max = largest;
+        }
+        if (queued < 0.0) queued = 0.0;
+        records += n;
+        count++;
+        size_sum += size;
+        if (size > size_max) size_max = size;
+        ratio_sum += ratio;
+        if (ratio > ratio_max) ratio_max = ratio;
+        queue_sum += queued;
+        if (queued > queue_max) queue_max = queued;
+        Py_ssize_t t = 0, nt = PyList_GET_SIZE(topics);
+        for (; t < nt; t++) {
+            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(topics, t), topic, Py_EQ);
+            if (eq < 0) {
+                Py_DECREF(topic);
+                goto done;
+            }
+            if (eq) break;
+        }
+        if (t == nt) {
+            int rc = PyList_Append(topics, topic);
+            Py_DECREF(topic);
+            if (rc < 0) goto done;
+            ts[t].records = n;
+            ts[t].bytes = size;
+            ts[t].ratio_sum = ts[t].ratio_max = ratio;
+            ts[t].batches = 1;
+        } else {
+            Py_DECREF(topic);
+            ts[t].records += n;
+            ts[t].bytes += size;
+            ts[t].ratio_sum += ratio;
+            if (ratio > ts[t].ratio_max) ts[t].ratio_max = ratio;
+            ts[t].batches++;
+        }
+    }
+    PyObject *per_topic = PyDict_New();
+    if (per_topic == NULL) goto done;
+    for (Py_ssize_t t = 0; t < PyList_GET_SIZE(topics); t++) {
+        PyObject *figures = Py_BuildValue("[LLddL]", ts[t].records, ts[t].bytes, ts[t].ratio_sum, ts[t].ratio_max,
+                                          ts[t].batches);
+        if (figures == NULL || PyDict_SetItem(per_topic, PyList_GET_ITEM(topics, t), figures) < 0) {
+            Py_XDECREF(figures);
+            Py_DECREF(per_topic);
+            goto done;
+        }
+        Py_DECREF(figures);
+    }
+    result = Py_BuildValue("(LLLLddddLLLN)", records, count, size_sum, size_max, ratio_sum, ratio_max, queue_sum,
+                           queue_max, rsize_sum, rsize_max, rsize_count, per_topic);
+done:
+    PyMem_Free(ts);
+    Py_XDECREF(topics);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* bytearray_exported(buf) -> bool: whether something holds a view of the bytearray (twin:
+   buffer_pool._in_use_py, which finds out by trying to resize it) */
+static PyObject *bytearray_exported(PyObject *module, PyObject *buf) {
+    if (!PyByteArray_Check(buf)) {
+        PyErr_Format(PyExc_TypeError, "bytearray_exported() takes a bytearray, not %.100s", Py_TYPE(buf)->tp_name);
+        return NULL;
+    }
+    /* (an empty one is never in use, as for the twin, which cannot shrink it to find out) */
+    return PyBool_FromLong(PyByteArray_GET_SIZE(buf) > 0 && ((PyByteArrayObject *)buf)->ob_exports > 0);
+}
+
+static int bookkeeping_module_init(void) {
+    return ((str_builder = PyUnicode_InternFromString("builder")) == NULL ||
+            (str_estimated_size = PyUnicode_InternFromString("estimated_size")) == NULL ||
+            (str_drained_ms = PyUnicode_InternFromString("drained_ms")) == NULL ||
+            (str_created_ms = PyUnicode_InternFromString("created_ms")) == NULL ||
+            (str_topic = PyUnicode_InternFromString("topic")) == NULL ||
+            (str_count_attr = PyUnicode_InternFromString("_count")) == NULL ||
+            (str_len_attr = PyUnicode_InternFromString("_len")) == NULL ||
+            (str_max_rec_attr = PyUnicode_InternFromString("_max_rec")) == NULL) ? -1 : 0;
+}
+
 static PyMethodDef methods[] = {
     {"aio_nogc", aio_nogc, METH_O, "Make RecordFuture's instances non-GC objects (once, at import)."},
     {"aio_yield_after", aio_yield_after, METH_O, "How long awaiting done records may run before one yields."},
@@ -3382,6 +3550,10 @@ static PyMethodDef methods[] = {
      "AsyncProducer.send()'s hot path: stage one more keyless record; None when it does not apply."},
     {"murmur2", murmur2, METH_O, "Kafka's murmur2 hash of a bytes-like object (signed 32-bit)."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, "CRC32C (Castagnoli) of data."},
+    {"produce_request_stats", (PyCFunction)produce_request_stats, METH_O,
+     "The metrics' figures of a produce request's batches."},
+    {"bytearray_exported", (PyCFunction)bytearray_exported, METH_O,
+     "Whether something holds a view of the bytearray."},
     {"encode_produce_request", (PyCFunction)(void (*)(void))encode_produce_request, METH_FASTCALL,
      "A Produce request body as buffers (as ProduceApi._encode_request_parts, the same bytes); None otherwise."},
     {"decode_produce_response", (PyCFunction)(void (*)(void))decode_produce_response, METH_FASTCALL,
@@ -3434,7 +3606,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         return NULL;
     }
     if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0 || aiosend_module_init(mod) < 0 ||
-        produce_response_module_init() < 0) {
+        produce_response_module_init() < 0 || bookkeeping_module_init() < 0) {
         Py_DECREF(mod);
         return NULL;
     }

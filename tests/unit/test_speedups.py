@@ -216,3 +216,57 @@ def _copy_into_builder(src: "object", cap: int) -> RecordBatchBuilder:
     b._base_ts = src._base_ts  # type: ignore[attr-defined]
     b._max_ts = src._max_ts  # type: ignore[attr-defined]
     return b
+
+
+def test_produce_request_stats_match_their_python_twin() -> None:
+    """The figures of a produce request's batches for the metrics (record_produce_request): the same values and
+    types from the compiled function as from its twin, over plain, compressed, built, empty and multi-topic
+    batches."""
+    assert speedups is not None
+    from kproducer.producer.batch import ProducerBatch
+    from kproducer.producer.metrics import _request_stats_py
+
+    rng = random.Random(11)
+    for trial in range(30):
+        batches = []
+        for i in range(rng.randint(0 if trial == 0 else 1, 8)):
+            compression = rng.choice([0, 0, 1])
+            b = ProducerBatch(rng.choice(["a", "b", "c\u00e9"]), i, RecordBatchBuilder(16384, compression=compression),
+                              1000.0 + rng.random() * 50)
+            for _ in range(rng.randint(0, 30)):
+                b.try_append(1_700_000_000_000, None, rng.randbytes(rng.randint(0, 300)), None, None, 1000.0)
+            if compression:
+                b.compression_ratio = rng.choice([0.0, 0.5])
+            if rng.random() < 0.3 and b.record_count:
+                b.records()  # built: its size is exact
+            b.drained_ms = 1000.0 + rng.random() * 100  # (sometimes before created_ms: counted as 0)
+            batches.append(b)
+        compiled = speedups.produce_request_stats(batches)
+        twin = _request_stats_py(batches)
+        assert compiled == twin
+        assert [type(x) for x in compiled[:-1]] == [type(x) for x in twin[:-1]]
+        assert {t: [type(x) for x in v] for t, v in compiled[-1].items()} == \
+            {t: [type(x) for x in v] for t, v in twin[-1].items()}
+    with pytest.raises(TypeError):
+        speedups.produce_request_stats(None)
+
+
+def test_bytearray_exported_matches_its_python_twin() -> None:
+    assert speedups is not None
+    from kproducer.producer.buffer_pool import _in_use_py
+
+    buf = bytearray(b"abc")
+    assert not speedups.bytearray_exported(buf) and not _in_use_py(buf)
+    view = memoryview(buf)
+    assert speedups.bytearray_exported(buf) and _in_use_py(buf)
+    sub = view[1:]
+    view.release()
+    assert speedups.bytearray_exported(buf) and _in_use_py(buf)  # the slice still holds it
+    sub.release()
+    assert not speedups.bytearray_exported(buf) and not _in_use_py(buf)
+    assert buf == b"abc"  # (the twin's probe leaves it as it was)
+    empty = bytearray()
+    with memoryview(empty):
+        assert not speedups.bytearray_exported(empty) and not _in_use_py(empty)  # never a pool buffer
+    with pytest.raises(TypeError):
+        speedups.bytearray_exported(b"bytes")

@@ -70,9 +70,8 @@ class Metric(NamedTuple):
         return self.name + "{" + ",".join(f"{k}={v}" for k, v in self.tags.items()) + "}"
 
 
-class Sensor:
-    """Samples of recorded values: Java's SampledStat windows (``samples + 1`` slots, one of them the
-    "overlapping" sample), plus lifetime totals. Not locked: :class:`ProducerMetrics` holds its lock."""
+class _SensorPy:
+    """The recording half of :class:`Sensor` (pure Python; compiled twin: ``_speedups.SensorBase``)."""
 
     __slots__ = ("_config", "_samples", "_current", "total", "count")
 
@@ -101,7 +100,7 @@ class Sensor:
         s[2] += count
         s[3] += total
         if largest > s[4]:
-            s[4] = largest
+            s[4] = float(largest)  # (a float, as the compiled twin keeps it)
         self.total += total
         self.count += count
 
@@ -128,6 +127,21 @@ class Sensor:
                 s[2] = 0
                 s[3] = 0.0
                 s[4] = _NEG_INF
+
+
+if TYPE_CHECKING:
+    _SensorBase = _SensorPy
+else:
+    _SensorBase = speedups.SensorBase if speedups is not None else _SensorPy
+
+
+class Sensor(_SensorBase):
+    """Samples of recorded values: Java's SampledStat windows (``samples + 1`` slots, one of them the
+    "overlapping" sample), plus lifetime totals. Not locked: :class:`ProducerMetrics` holds its lock. The
+    recording (``record``, ``record_many``, ``_purge``) is compiled when the accelerator is there; ``_samples``
+    is then a copy, ``[start_ms, last_event_ms, event_count, sum, max]`` per sample as in :class:`_SensorPy`."""
+
+    __slots__ = ()
 
     def avg(self, now: float) -> float:
         """Mean of the values recorded in the live samples; NaN when there are none (Java's Avg)."""

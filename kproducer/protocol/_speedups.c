@@ -3528,6 +3528,183 @@ static PyObject *bytearray_exported(PyObject *module, PyObject *buf) {
     return PyBool_FromLong(PyByteArray_GET_SIZE(buf) > 0 && ((PyByteArrayObject *)buf)->ob_exports > 0);
 }
 
+/*
+ * SensorBase: the recording half of metrics.Sensor (Java's SampledStat windows plus lifetime totals), the samples
+ * in C arrays. Twin: metrics._SensorPy, which says what each sample holds; _samples gives them in its shape
+ * ([start_ms, last_event_ms, event_count, sum, max] each, a copy).
+ */
+typedef struct {
+    double start, last, sum, max;
+    long long events;
+} sample_t;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *config;
+    Py_ssize_t nslots; /* samples + 1 */
+    double window_ms, samples;
+    Py_ssize_t used, current;
+    sample_t *slot;
+    double total;
+    long long count;
+} SensorBase;
+
+static PyObject *str_samples_attr, *str_window_ms_attr;
+
+static int SensorBase_init(SensorBase *self, PyObject *args, PyObject *kwds) {
+    PyObject *config;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Sensor(config) takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O", &config)) return -1;
+    long long samples;
+    double window;
+    if (attr_longlong(config, str_samples_attr, &samples) < 0 || attr_double(config, str_window_ms_attr, &window) < 0)
+        return -1;
+    if (samples < 1 || samples > 1000000) {
+        PyErr_Format(PyExc_ValueError, "a sensor needs 1 to 1000000 samples, not %lld", samples);
+        return -1;
+    }
+    sample_t *slot = PyMem_Calloc((size_t)samples + 1, sizeof(sample_t));
+    if (slot == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyMem_Free(self->slot);
+    self->slot = slot;
+    Py_INCREF(config);
+    Py_XSETREF(self->config, config);
+    self->nslots = (Py_ssize_t)samples + 1;
+    self->samples = (double)samples;
+    self->window_ms = window;
+    self->used = self->current = 0;
+    self->total = 0.0;
+    self->count = 0;
+    return 0;
+}
+
+static void SensorBase_dealloc(SensorBase *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyMem_Free(self->slot);
+    Py_CLEAR(self->config);
+    tp->tp_free((PyObject *)self);
+}
+
+static inline void sensor_reset_slot(sample_t *s, double now) {
+    s->start = s->last = now;
+    s->events = 0;
+    s->sum = 0.0;
+    s->max = -INFINITY;
+}
+
+static void sensor_record(SensorBase *self, double total, long long count, double largest, double now) {
+    if (self->slot == NULL) return; /* (not initialized: nothing to record into) */
+    if (self->used == 0) {
+        sensor_reset_slot(&self->slot[0], now);
+        self->used = 1;
+    }
+    sample_t *s = &self->slot[self->current];
+    if (now - s->start >= self->window_ms) { /* the next window: a new slot, or the oldest one reused */
+        self->current = (self->current + 1) % self->nslots;
+        if (self->current >= self->used) self->used = self->current + 1;
+        s = &self->slot[self->current];
+        sensor_reset_slot(s, now);
+    }
+    s->last = now;
+    s->events += count;
+    s->sum += total;
+    if (largest > s->max) s->max = largest;
+    self->total += total;
+    self->count += count;
+}
+
+/* record(value, now) */
+static PyObject *SensorBase_record(SensorBase *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "record(value, now)");
+        return NULL;
+    }
+    double value = PyFloat_AsDouble(args[0]), now = PyFloat_AsDouble(args[1]);
+    if ((value == -1.0 || now == -1.0) && PyErr_Occurred()) return NULL;
+    sensor_record(self, value, 1, value, now);
+    Py_RETURN_NONE;
+}
+
+/* record_many(total, count, largest, now) */
+static PyObject *SensorBase_record_many(SensorBase *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "record_many(total, count, largest, now)");
+        return NULL;
+    }
+    double total = PyFloat_AsDouble(args[0]), largest = PyFloat_AsDouble(args[2]), now = PyFloat_AsDouble(args[3]);
+    long long count = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    sensor_record(self, total, count, largest, now);
+    Py_RETURN_NONE;
+}
+
+/* _purge(now): samples whose last event is older than the monitored window start again (Java's
+   purgeObsoleteSamples) */
+static PyObject *SensorBase_purge(SensorBase *self, PyObject *arg) {
+    double now = PyFloat_AsDouble(arg);
+    if (now == -1.0 && PyErr_Occurred()) return NULL;
+    double expire = self->samples * self->window_ms;
+    for (Py_ssize_t i = 0; i < self->used; i++) {
+        if (now - self->slot[i].last >= expire) sensor_reset_slot(&self->slot[i], now);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *SensorBase_get_samples(SensorBase *self, void *closure) {
+    PyObject *out = PyList_New(self->used);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->used; i++) {
+        sample_t *s = &self->slot[i];
+        PyObject *item = Py_BuildValue("[ddLdd]", s->start, s->last, s->events, s->sum, s->max);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static PyMethodDef SensorBase_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))SensorBase_record, METH_FASTCALL, "record(value, now): one value."},
+    {"record_many", (PyCFunction)(void (*)(void))SensorBase_record_many, METH_FASTCALL,
+     "record_many(total, count, largest, now): count values at one time, in one step."},
+    {"_purge", (PyCFunction)SensorBase_purge, METH_O, "Restart the samples older than the monitored window."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef SensorBase_members[] = {
+    {"_config", T_OBJECT, offsetof(SensorBase, config), READONLY, "the MetricConfig"},
+    {"_current", T_PYSSIZET, offsetof(SensorBase, current), READONLY, "the sample being recorded into"},
+    {"total", T_DOUBLE, offsetof(SensorBase, total), READONLY, "lifetime sum of the recorded values"},
+    {"count", T_LONGLONG, offsetof(SensorBase, count), READONLY, "lifetime number of recorded values"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef SensorBase_getset[] = {
+    {"_samples", (getter)SensorBase_get_samples, NULL, "the samples in use, oldest slot first (a copy)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SensorBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.protocol._speedups.SensorBase",
+    .tp_basicsize = sizeof(SensorBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The recording half of a metrics sensor (compiled base of metrics.Sensor).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)SensorBase_init,
+    .tp_dealloc = (destructor)SensorBase_dealloc,
+    .tp_methods = SensorBase_methods,
+    .tp_members = SensorBase_members,
+    .tp_getset = SensorBase_getset,
+};
+
 static int bookkeeping_module_init(void) {
     return ((str_builder = PyUnicode_InternFromString("builder")) == NULL ||
             (str_estimated_size = PyUnicode_InternFromString("estimated_size")) == NULL ||
@@ -3536,7 +3713,10 @@ static int bookkeeping_module_init(void) {
             (str_topic = PyUnicode_InternFromString("topic")) == NULL ||
             (str_count_attr = PyUnicode_InternFromString("_count")) == NULL ||
             (str_len_attr = PyUnicode_InternFromString("_len")) == NULL ||
-            (str_max_rec_attr = PyUnicode_InternFromString("_max_rec")) == NULL) ? -1 : 0;
+            (str_max_rec_attr = PyUnicode_InternFromString("_max_rec")) == NULL ||
+            (str_samples_attr = PyUnicode_InternFromString("samples")) == NULL ||
+            (str_window_ms_attr = PyUnicode_InternFromString("window_ms")) == NULL ||
+            PyType_Ready(&SensorBaseType) < 0) ? -1 : 0;
 }
 
 static PyMethodDef methods[] = {
@@ -3607,6 +3787,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     }
     if (fastsend_module_init(mod) < 0 || aio_module_init(mod) < 0 || aiosend_module_init(mod) < 0 ||
         produce_response_module_init() < 0 || bookkeeping_module_init() < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+    Py_INCREF(&SensorBaseType);
+    if (PyModule_AddObject(mod, "SensorBase", (PyObject *)&SensorBaseType) < 0) {
+        Py_DECREF(&SensorBaseType);
         Py_DECREF(mod);
         return NULL;
     }

@@ -1,6 +1,7 @@
 """The compiled accelerator must produce exactly what the pure-Python code produces."""
 from __future__ import annotations
 
+import math
 import random
 from typing import List, Optional, Tuple
 
@@ -270,3 +271,46 @@ def test_bytearray_exported_matches_its_python_twin() -> None:
         assert not speedups.bytearray_exported(empty) and not _in_use_py(empty)  # never a pool buffer
     with pytest.raises(TypeError):
         speedups.bytearray_exported(b"bytes")
+
+
+def test_sensor_recording_matches_its_python_twin() -> None:
+    """metrics.Sensor records in C (SensorBase): the same samples, windows, purges and lifetime totals as its
+    twin over random values and times (window rolls, idle gaps longer than the monitored window)."""
+    assert speedups is not None
+    from kproducer.producer.metrics import MetricConfig, Sensor, _SensorPy
+
+    assert issubclass(Sensor, speedups.SensorBase)
+
+    class PySensor(_SensorPy):  # Sensor's reading half over the twin's recording
+        __slots__ = ()
+        avg, max, rate, count_rate, _window_ms = Sensor.avg, Sensor.max, Sensor.rate, Sensor.count_rate, \
+            Sensor._window_ms
+
+    rng = random.Random(5)
+    for samples, window in [(1, 100.0), (2, 1000.0), (3, 50.0)]:
+        config = MetricConfig(samples, window)
+        c, py = Sensor(config), PySensor(config)
+        now = 1_000_000.0
+        for _ in range(500):
+            now += rng.choice([0.0, 1.0, 17.5, window / 2, window, 4 * window])
+            op = rng.random()
+            if op < 0.4:
+                value = rng.choice([0, 1, 7, 16384, 2.5, -3.0])
+                c.record(value, now)
+                py.record(value, now)
+            elif op < 0.9:
+                count = rng.randint(0, 9)
+                total, largest = rng.choice([(count * 3, 5), (count * 0.5, 0.75), (0, -1.0)])
+                c.record_many(total, count, largest, now)
+                py.record_many(total, count, largest, now)
+            else:
+                c._purge(now)
+                py._purge(now)
+            assert c._samples == py._samples and c._current == py._current
+            assert [type(x) for s in c._samples for x in s] == [type(x) for s in py._samples for x in s]
+            assert c.total == py.total and c.count == py.count and type(c.count) is type(py.count)
+        for read in ("avg", "max", "rate", "count_rate"):  # the reading half over both
+            a, b = getattr(c, read)(now), getattr(py, read)(now)
+            assert a == b or (math.isnan(a) and math.isnan(b))  # (NaN when nothing is live)
+    with pytest.raises(ValueError, match="samples"):
+        Sensor(MetricConfig(0, 100.0))

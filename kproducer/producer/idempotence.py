@@ -99,52 +99,47 @@ class IdempotenceState:
             st = self._partitions[tp] = PartitionSequences()
         return st
 
-    def should_stop_drain(self, batch: ProducerBatch) -> bool:
-        """Whether ``batch`` (the head of its partition's queue) must wait (the sequence part of Java's
-        ``RecordAccumulator.shouldStopDrainBatchesForPartition``)."""
-        st = self._partitions.get(batch.tp)
-        if st is None or not st.in_flight:
-            return False
-        pid, epoch = self.producer_id_and_epoch
-        if batch.base_sequence >= 0 and batch.producer_id == pid and batch.producer_epoch == epoch:
-            # a retry goes out only when it is the first unacknowledged batch: order is kept
-            return batch.base_sequence != st.in_flight[0].base_sequence
-        for oldest in st.in_flight:
-            if not oldest._done:
-                break
-        else:
-            return False
-        # The first batch of a partition under this producer id goes alone: a broker with no state for the
-        # producer accepts any sequence (Kafka 2.5+), so a batch pipelined behind a first batch that fails
-        # retriably (nothing written) would be written before it, and the first batch's retry would then be
-        # refused as OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms.
-        if st.last_acked_sequence < 0:
-            return True
-        # A new batch must not push the oldest unacknowledged batch out of the broker's duplicate window
-        # (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE instead of
-        # acknowledged as a duplicate. One connection never has more than 5 in flight, but after a leader
-        # move the old and the new leader's connections together can.
-        recent = st.recent
-        if len(recent) < BROKER_DUPLICATE_WINDOW:
-            return False
-        return oldest not in islice(recent, 1, None)  # (batches compare by identity)
-
     def take_for_drain(self, batch: ProducerBatch, transactional: bool = False) -> bool:
-        """``batch`` (the head of its partition's queue) is about to be drained: False when it must wait
-        (:meth:`should_stop_drain`); else it keeps its sequence (a retry) or gets the next one, and True.
-        One call per drained batch (the drain's hot path: the checks are written out here)."""
-        if self.should_stop_drain(batch):
-            return False
+        """``batch`` (the head of its partition's queue) is about to be drained: False when it must wait (the
+        sequence part of Java's ``RecordAccumulator.shouldStopDrainBatchesForPartition``); else it keeps its
+        sequence (a retry) or gets the next one, and True. One call per drained batch."""
+        pid, epoch = self.producer_id_and_epoch
+        tp = batch.tp
+        st = self._partitions.get(tp)
+        sequenced = batch.base_sequence >= 0 and batch.producer_id == pid and batch.producer_epoch == epoch
+        if st is not None and st.in_flight:
+            in_flight = st.in_flight
+            if sequenced:
+                # a retry goes out only when it is the first unacknowledged batch: order is kept
+                if batch.base_sequence != in_flight[0].base_sequence:
+                    return False
+            else:
+                oldest = None  # the oldest batch in flight not done yet
+                for b in in_flight:
+                    if not b.is_done():
+                        oldest = b
+                        break
+                # The first batch of a partition under this producer id goes alone: a broker with no state for
+                # the producer accepts any sequence (Kafka 2.5+), so a batch pipelined behind a first batch that
+                # fails retriably (nothing written) would be written before it, and the first batch's retry
+                # would then be refused as OUT_OF_ORDER_SEQUENCE until delivery.timeout.ms.
+                if oldest is not None and st.last_acked_sequence < 0:
+                    return False
+                # A new batch must not push the oldest unacknowledged batch out of the broker's duplicate
+                # window (the producer's last 5 batches): its retry would be refused as OUT_OF_ORDER_SEQUENCE
+                # instead of acknowledged as a duplicate. One connection never has more than 5 in flight, but
+                # after a leader move the old and the new leader's connections together can.
+                recent = st.recent
+                if (oldest is not None and len(recent) >= BROKER_DUPLICATE_WINDOW
+                        and oldest not in islice(recent, 1, None)):  # (batches compare by identity)
+                    return False
         # Whatever sequence the batch carries now is the one the broker will answer: a sequence moved while
         # it was out (``reopened``) excuses only the OUT_OF_ORDER answer to the send before the move (Java
         # clears it in ProducerBatch.close at drain). Kept set, every later OUT_OF_ORDER_SEQUENCE answer
         # would be retried as well, until delivery.timeout.ms, instead of renewing the producer id.
         batch.reopened = False
-        pid, epoch = self.producer_id_and_epoch
-        if batch.base_sequence >= 0 and batch.producer_id == pid and batch.producer_epoch == epoch:
+        if sequenced:
             return True
-        tp = batch.tp
-        st = self._partitions.get(tp)
         if st is None:
             st = self._partitions[tp] = PartitionSequences()
         seq = st.next_sequence

@@ -3221,10 +3221,7 @@ static int pq_flush(PQWriter *w) {
 
 static int pq_be(PQWriter *w, int64_t v, int n) {
     unsigned char b[8];
-    for (int i = n - 1; i >= 0; i--) {
-        b[i] = (unsigned char)(v & 0xFF);
-        v >>= 8;
-    }
+    put_be(b, (uint64_t)v, n);
     return pq_put(w, b, n);
 }
 

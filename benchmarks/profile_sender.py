@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 from unittest import mock
 
+import compare  # benchmarks/compare.py, beside this file: the same pinning
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PARTITIONS = 6
@@ -89,27 +91,21 @@ class Broker:
         """The broker's threads on ``pin_cpu`` (again before each burst: it may have started more)."""
         if self.pin_cpu is None:
             return
-        pid = os.getpid() if self.mock else self._impl.proc.pid
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        if self.mock:  # only the mock's own threads, not this one (it pins itself to the client's CPUs)
-            tids = [t for t in tids if t != threading.get_native_id()]
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, {self.pin_cpu})
-            except (ProcessLookupError, FileNotFoundError, OSError):  # the thread ended meanwhile
-                pass
+        if not self.mock:
+            compare.pin_broker(self._impl, self.pin_cpu)
+            return
+        for tid in os.listdir("/proc/self/task"):  # the mock's threads, not this one (pinned to the client's CPUs)
+            if int(tid) != threading.get_native_id():
+                try:
+                    os.sched_setaffinity(int(tid), {self.pin_cpu})
+                except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
+                    pass
 
 
 def pin_plan(pin: bool) -> Tuple[Optional[Set[int]], Optional[int]]:
-    """With ``--pin``: (the client's CPUs, the broker's CPU), the broker on the last CPU this process may use."""
-    if not pin:
-        return None, None
-    if not hasattr(os, "sched_setaffinity"):
-        raise SystemExit("--pin needs os.sched_setaffinity (Linux)")
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit(f"--pin needs at least 2 CPUs; this process may use {cpus}")
-    return set(cpus[:-1]), cpus[-1]
+    """With ``--pin``: (the client's CPUs, the broker's CPU), as compare.py's (which exits when it cannot pin)."""
+    plan = compare.pin_plan(pin)
+    return (None, None) if plan is None else plan
 
 
 def new_producer(bootstrap: str) -> Any:

@@ -52,11 +52,11 @@ def test_a_burst_with_records_not_acknowledged_fails() -> None:
         def metrics(self) -> Dict[str, int]:
             return self._metrics
 
-    profile_sender.check_acknowledged(Stub({"record-send-total": 10, "record-error-total": 0}), 10)
+    profile_sender.check_acknowledged(Stub({"record-ack-total": 10, "record-error-total": 0}), 10)
     with pytest.raises(RuntimeError, match="acknowledged 9 of 10 records and failed 0"):
-        profile_sender.check_acknowledged(Stub({"record-send-total": 9, "record-error-total": 0}), 10)
+        profile_sender.check_acknowledged(Stub({"record-ack-total": 9, "record-error-total": 0}), 10)
     with pytest.raises(RuntimeError, match="failed 1"):
-        profile_sender.check_acknowledged(Stub({"record-send-total": 10, "record-error-total": 1}), 10)
+        profile_sender.check_acknowledged(Stub({"record-ack-total": 10, "record-error-total": 1}), 10)
 
 
 def test_calls_counts_the_calls_of_the_profiled_iterations_only() -> None:

@@ -217,10 +217,9 @@ class IdempotenceState:
             elif batch in in_flight:
                 in_flight.remove(batch)
             count = batch.builder._count
-            if batch.base_sequence >= 0:
-                last = (batch.base_sequence + count - 1) & _SEQUENCE_MASK
-                if last > st.last_acked_sequence or st.last_acked_sequence < 0:
-                    st.last_acked_sequence = last
+            last = batch.last_sequence  # (-1: no sequence)
+            if last >= 0 and (last > st.last_acked_sequence or st.last_acked_sequence < 0):
+                st.last_acked_sequence = last
             if base_offset >= 0 and base_offset + count - 1 > st.last_acked_offset:
                 st.last_acked_offset = base_offset + count - 1
 

@@ -16,6 +16,9 @@ the file): TLS and SASL settings included (docs/security.md). No message shows a
     cluster when no ``--bootstrap`` is given.
 ``kproducer mock-cluster``
     Run an embedded Kafka-protocol cluster until Ctrl-C (see :mod:`kproducer.mock.cli`).
+``kproducer apache-kafka``
+    Run a real Apache Kafka cluster (from Apache Kafka's jars; Java 17+) on 127.0.0.1 until Ctrl-C (see
+    :mod:`kproducer.testing.apache_kafka_cli`).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-_SUBCOMMANDS = ("produce", "perf", "mock-cluster")
+_SUBCOMMANDS = ("produce", "perf", "mock-cluster", "apache-kafka")
 
 
 # -- argument helpers ---------------------------------------------------------------------------
@@ -216,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     # listed for --help; `kproducer mock-cluster ...` is handed to kproducer.mock.cli.main before parsing
     sub.add_parser("mock-cluster", add_help=False,
                    help="run an embedded Kafka-protocol mock cluster (kproducer mock-cluster -h for options)")
+    sub.add_parser("apache-kafka", add_help=False,
+                   help="run a real Apache Kafka cluster on 127.0.0.1, from Apache Kafka's jars (needs Java 17+; "
+                        "kproducer apache-kafka -h for options)")
     return parser
 
 
@@ -454,11 +460,14 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (the console script exits with it)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] == "mock-cluster":
-        from .mock.cli import main as mock_main
-
+    if args_list and args_list[0] in ("mock-cluster", "apache-kafka"):
+        # commands with parsers of their own, imported only when asked for
+        if args_list[0] == "mock-cluster":
+            from .mock.cli import main as command_main
+        else:
+            from .testing.apache_kafka_cli import main as command_main
         try:
-            return mock_main(args_list[1:])
+            return command_main(args_list[1:])
         except SystemExit as e:  # its argparse: -h exits 0, usage errors 2
             return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
         except KeyboardInterrupt:

@@ -48,9 +48,14 @@ ABORT_MARKER  # tests/integration/test_transactions_property_mock.py: named besi
 # tests/spark/spark_standalone.py: read by hand when a standalone-cluster test fails (debug aid)
 _.executor_logs
 
-# benchmarks/conftest.py: pytest hooks, called by name
+# benchmarks/conftest.py, tests/conftest.py: pytest hooks, called by name
 pytest_configure
+pytest_runtest_makereport
 _.benchmark_enable
+
+# tests/apache_kafka/: pytest fixtures asked for by name (@pytest.mark.usefixtures)
+restore  # test_failover_ak.py: every broker runs again after the test
+no_secret_logged  # test_security_ak.py: no password in any log line of the test
 
 # tests/unit/test_plugins.py: a plug-in class loaded by its dotted name (partitioner.class)
 FailingConfigure

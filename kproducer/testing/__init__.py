@@ -10,6 +10,8 @@
   :func:`wire_producer` (the same function :class:`kproducer.Producer` uses), driven step by step.
 * :class:`MockCluster` -- an embedded Kafka-protocol cluster on 127.0.0.1 sockets, with fault injection,
   for tests that need real connections (and third-party clients).
+* :class:`ApacheKafka` -- a real Apache Kafka cluster (KRaft, several brokers, TLS and SASL listeners) started
+  from Apache Kafka's own jars on 127.0.0.1, without Docker; needs Java 17+ (and Maven the first time).
 * :class:`Transport` -- the protocol that the socket Selector and ScriptedTransport implement.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..clock import FakeClock
 from ..mock import MockCluster
 from ..network.transport import Transport
 from ..producer.wiring import ProducerParts, wire_producer
+from .apache_kafka import ApacheKafka, ApacheKafkaError, ApacheKafkaUnavailable
 from .harness import Harness
 from .scripted import (
     DISCONNECT,
@@ -30,5 +33,5 @@ from .scripted import (
     SentRequest,
 )
 
-__all__ = ["DISCONNECT", "HOLD", "Encoded", "FakeClock", "Frame", "Harness", "MockCluster", "PollLimitExceeded",
+__all__ = ["DISCONNECT", "HOLD", "ApacheKafka", "ApacheKafkaError", "ApacheKafkaUnavailable", "Encoded", "FakeClock", "Frame", "Harness", "MockCluster", "PollLimitExceeded",
            "ProducerParts", "ScriptedSelector", "ScriptedTransport", "SentRequest", "Transport", "wire_producer"]

@@ -30,6 +30,10 @@ from .txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
+#: how long the answer to a failed authentication (and the close after it) is held back: Kafka's
+#: connection.failed.authentication.delay.ms, 100 by default
+FAILED_AUTHENTICATION_DELAY_MS = 100.0
+
 INT32 = struct.Struct(">i")
 
 #: a response no version of any response parses: a count of 2^31-1 elements with nothing after it
@@ -85,6 +89,10 @@ class BrokerContext:
             return
         latency = self.faults.latency(self.broker_id)
         send_at_ms = self.clock.monotonic_ms() + latency * 1000.0 if latency else 0.0
+        if close_after_send:
+            # as Kafka (connection.failed.authentication.delay.ms): the answer to a failed authentication is
+            # held back, then written with the close right behind it (a client gets both in one read)
+            send_at_ms = max(send_at_ms, self.clock.monotonic_ms() + FAILED_AUTHENTICATION_DELAY_MS)
         if result is NO_RESPONSE:
             self.channel.send_response(Response(request, None, send_at_ms=send_at_ms))
             return

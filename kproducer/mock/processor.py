@@ -37,9 +37,8 @@ from .security import ListenerSecurity
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT = 0.5
-#: how long a connection stays open after its failed-authentication response was written (Kafka's
-#: connection.failed.authentication.delay.ms is 100): a client reads the response before the close
-CLOSE_AFTER_SEND_DELAY_MS = 100
+#: how long a connection closed after its last response stays open after the end of the stream was sent
+_CLOSE_AFTER_SHUTDOWN_MS = 100.0
 _conn_ids = itertools.count(1)
 
 
@@ -379,8 +378,16 @@ class Processor(threading.Thread):
         sends, self._completed_sends = self._completed_sends, []
         for conn in sends:
             if not conn.closed:
-                if conn.close_after_send:  # stays muted: nothing more is read from it
-                    self._closing.append((self._clock.monotonic_ms() + CLOSE_AFTER_SEND_DELAY_MS, conn))
+                if conn.close_after_send:
+                    # as Kafka, the end of the stream right behind the last response (which was held back:
+                    # context.FAILED_AUTHENTICATION_DELAY_MS); the socket itself is closed a little later, so
+                    # that anything the client sent meanwhile cannot turn the close into a reset that
+                    # discards the response before the client read it
+                    try:
+                        conn.sock.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                    self._closing.append((self._clock.monotonic_ms() + _CLOSE_AFTER_SHUTDOWN_MS, conn))
                 else:
                     self._unmute(conn)
 

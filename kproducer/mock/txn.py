@@ -5,7 +5,10 @@ logs, transactional offsets into the group's committed offsets).
 Completion is synchronous: EndTxn returns once every marker is written, so there is no
 PrepareCommit/PrepareAbort state for a client to observe (no CONCURRENT_TRANSACTIONS answers).
 A transaction open for longer than its timeout is aborted, with an epoch bump that fences its
-producer, the next time the coordinator touches that transactional id.
+producer, the next time the coordinator touches that transactional id or a read_committed Fetch or
+ListOffsets asks for a last stable offset (:meth:`TransactionCoordinator.expire_timed_out`). InitProducerId for a transactional id
+with an open transaction aborts it under a fencing epoch and gives the caller the epoch after that (old + 2),
+as Apache Kafka does.
 """
 from __future__ import annotations
 
@@ -82,6 +85,14 @@ class TransactionCoordinator:
             self._bump_epoch(meta)
             self._complete(meta, commit=False)
 
+    def expire_timed_out(self) -> None:
+        """Abort every transaction open for longer than its timeout. Apache Kafka's coordinator does it on its
+        own (every transaction.abort.timed.out.transaction.cleanup.interval.ms), so read_committed consumers
+        move on without the producer; the mock does it when a read_committed Fetch or ListOffsets asks."""
+        with self._lock:
+            for meta in list(self.transactions.values()):
+                self._expire_if_timed_out(meta)
+
     def _bump_epoch(self, meta: TxnMetadata) -> None:
         if meta.producer_epoch >= _MAX_EPOCH:
             meta.producer_id = self._state.next_producer_id()
@@ -136,9 +147,12 @@ class TransactionCoordinator:
             if producer_id >= 0 and (producer_id != meta.producer_id or epoch != meta.producer_epoch):
                 return fenced_code("init_producer_id", version), -1, -1
             meta.timeout_ms = timeout_ms
-            self._bump_epoch(meta)
             if meta.state == ONGOING:
-                self._complete(meta, commit=False)  # the markers carry the new epoch: fences the old one
+                # as Apache Kafka: abort with a fencing epoch (the markers carry it), then a new epoch again
+                # for the caller -- the new producer gets the old epoch + 2
+                self._bump_epoch(meta)
+                self._complete(meta, commit=False)
+            self._bump_epoch(meta)
             meta.state = EMPTY
             return NO_ERROR, meta.producer_id, meta.producer_epoch
 

@@ -183,6 +183,8 @@ class Selector:
         # selector's life, instead of a 256 KiB bytes object made (mmap), shrunk (mremap) and freed per read
         self._recv_view = memoryview(bytearray(_READ_CHUNK))
         self._channels: Dict[NodeId, KafkaChannel] = {}
+        # closed by the peer right after frames the last poll reported: closed by the next poll
+        self._closing: List[Tuple[KafkaChannel, str]] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -298,6 +300,7 @@ class Selector:
             self._close_channel(ch, reason, report=False)
 
     def close_all(self) -> None:
+        self._closing = []
         for ch in list(self._channels.values()):
             self._close_channel(ch, "selector closed", report=False)
         if not self._closed:
@@ -416,6 +419,7 @@ class Selector:
         tls = ch.tls
         into = self._recv_view
         nogil = self._nogil and not tls
+        delivered = False  # frames of this read were reported: a close found after them waits a poll
         while True:
             try:
                 n = speedups.recv_into_nogil(sock.fileno(), into) if nogil else sock.recv_into(into)  # type: ignore[union-attr]
@@ -428,17 +432,28 @@ class Selector:
                 if not ch.received_any:
                     self._fail_channel(ch, SslAuthenticationError(
                         f"TLS connection to broker {ch.peer} (node {ch.node_id}) failed: {_ssl_reason(e)}"))
+                elif delivered:
+                    self._close_after_receives(ch, f"TLS read failed: {_ssl_reason(e)}")
                 else:
                     self._close_channel(ch, f"TLS read failed: {_ssl_reason(e)}")
                 return
             except ConnectionResetError as e:
-                self._closed_by_peer(ch, f"read failed: {e}")
+                if delivered:
+                    self._close_after_receives(ch, f"read failed: {e}")
+                else:
+                    self._closed_by_peer(ch, f"read failed: {e}")
                 return
             except OSError as e:
-                self._close_channel(ch, f"read failed: {e}")
+                if delivered:
+                    self._close_after_receives(ch, f"read failed: {e}")
+                else:
+                    self._close_channel(ch, f"read failed: {e}")
                 return
             if not n:
-                self._closed_by_peer(ch, "connection closed by the broker")
+                if delivered:
+                    self._close_after_receives(ch, "connection closed by the broker")
+                else:
+                    self._closed_by_peer(ch, "connection closed by the broker")
                 return
             data = into[:n]  # (the reader copies what it keeps: the buffer is read into again)
             if not ch.received_any:
@@ -456,10 +471,25 @@ class Selector:
                 return
             for frame in frames:
                 self.completed_receives.append((ch.node_id, frame))
+                delivered = True
             # TLS decrypts a record at a time and buffers the rest where the selector cannot see it: read
             # until the socket says it would block
             if not tls and n < _READ_CHUNK:
                 return
+
+    def _close_after_receives(self, ch: KafkaChannel, reason: str) -> None:
+        """The peer closed (or broke) a connection right after frames this poll reports (a TLS read goes on
+        until it would block, so it meets the close in the same poll: Apache Kafka answers a failed SASL
+        authentication and closes at once). The caller handles the frames of channels that still exist
+        only, so the channel stays until the next poll, which reports the disconnection first thing (Java's
+        Selector also hands out what it read from a closing channel before the close)."""
+        if ch.registered_events:
+            try:
+                self._sel.unregister(ch.sock)
+            except (KeyError, ValueError):
+                pass
+            ch.registered_events = 0
+        self._closing.append((ch, reason))
 
     def _closed_by_peer(self, ch: KafkaChannel, reason: str) -> None:
         if not ch.received_any and not ch.tls and not self._peer_answered and ch.frames_written:
@@ -611,8 +641,12 @@ class Selector:
         self.failures = failures
         if self._closed:
             return
+        if self._closing:
+            closing, self._closing = self._closing, []
+            for ch, reason in closing:
+                self._close_channel(ch, reason)  # (nothing when the caller closed it meanwhile)
         timeout = max(0.0, timeout_ms) / 1000.0
-        if connected or disconnected or sent:
+        if connected or self.disconnected or sent:
             timeout = 0.0
         events = self._select(timeout)
         for key, mask in events:

@@ -439,6 +439,9 @@ class Producer:
         md.add_topic(topic)
         deadline = started + max_wait_ms
         auth_failures = md.auth_failures
+        # a topic error is raised from an answer that came during this wait, never from an older one (Java
+        # asks for fresh metadata first): a topic refused before may have been granted (an ACL added) since
+        refreshed = False
         while True:
             auth_error = md.authentication_error_since(auth_failures)
             if auth_error is not None:
@@ -450,7 +453,7 @@ class Producer:
                 self._sender.metrics.record_call_time("metadata-wait", clock.monotonic_ms() - started)
                 return count
             exc = md.topic_exception(topic)
-            if exc is not None:
+            if exc is not None and refreshed:
                 raise exc
             if self._closed:
                 raise ProducerClosedError("the producer was closed while waiting for metadata")
@@ -458,6 +461,8 @@ class Producer:
                 raise self._sender.fatal_error
             remaining = deadline - clock.monotonic_ms()
             if remaining <= 0:
+                if exc is not None:
+                    raise exc
                 if count is not None:
                     raise KafkaTimeoutError(
                         f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
@@ -470,6 +475,7 @@ class Producer:
             version = md.request_update_for_topic(topic)
             self._sender.wakeup()
             md.await_update(version, remaining, auth_failures)
+            refreshed = True
 
     # -- flush / close ---------------------------------------------------------------------------
 

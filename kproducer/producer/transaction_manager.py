@@ -221,8 +221,9 @@ class TxnRequestHandler:
             return Outcome.RETRY
         if cls.fenced:
             return self.fatal(ProducerFencedError(
-                "another producer with the same transactional.id is active (this producer's epoch is stale); "
-                f"close this producer (broker error {cls.name})"))
+                "another producer with the same transactional.id is active, or the coordinator aborted this "
+                "producer's transaction because it was open longer than transaction.timeout.ms (either way this "
+                f"producer's epoch is stale); close this producer (broker error {cls.name})"))
         if cls in (UnknownProducerIdError, InvalidProducerIdMappingError):
             return self.abortable_if_possible(error_for_code(code, message))
         if cls.txn_abortable:

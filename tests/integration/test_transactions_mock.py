@@ -298,7 +298,8 @@ def test_second_producer_fences_the_first_at_commit(cluster: MockCluster) -> Non
         first.flush(WAIT)
         with txn_producer(cluster, "shared") as second:
             second.init_transactions()
-            assert pid_epoch(second) == (old_pid, old_epoch + 1)
+            # as Apache Kafka: the abort markers carry a fencing epoch, the new producer the one after it
+            assert pid_epoch(second) == (old_pid, old_epoch + 2)
             with pytest.raises(ProducerFencedError) as info:
                 first.commit_transaction()
             assert "fenced" in str(info.value).lower()
@@ -316,7 +317,7 @@ def test_second_producer_fences_the_first_at_commit(cluster: MockCluster) -> Non
     for p in range(PARTITIONS):
         recs = log(cluster, p)
         assert shape(recs) == sent.by_partition(old)[p] + ["ABORT"] + sent.by_partition(new)[p] + ["COMMIT"]
-        assert [r.producer_epoch for r in recs] == [old_epoch, old_epoch + 1, old_epoch + 1, old_epoch + 1]
+        assert [r.producer_epoch for r in recs] == [old_epoch, old_epoch + 1, old_epoch + 2, old_epoch + 2]
     assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(new)
 
 

@@ -10,21 +10,31 @@ copies, and on one host neither does a standalone cluster (a copy never runs on 
 """
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import pyarrow as pa
 import pytest
 
 from kproducer.errors import ConfigError
 from kproducer.mock import MockCluster
-from kproducer.spark import KafkaBatchWriter, SinkWriteError, _sink, check_schema, parse_options
-from kproducer.spark._sink import KafkaStreamWriter, TaskInfo, marker_group, transactional_id
+from kproducer.spark import KafkaBatchWriter, SinkWriteError, check_schema, parse_options
+from kproducer.spark._sink import KafkaStreamWriter, marker_group, transactional_id
+from tests.spark.eos_helpers import (
+    arrow_batch_rows,
+    as_task,
+    batch_writer,
+    batches_run,
+    forget_commit,
+    sink_write,
+    stream,
+    values,
+)
+from tests.spark.eos_helpers import rows as arrow_rows
 
 pytestmark = [pytest.mark.spark]
 
@@ -45,8 +55,7 @@ def _topic(cluster: MockCluster, prefix: str) -> str:
 
 def _values(consume: Callable[..., Any], cluster: MockCluster, topic: str, expected: int,
             isolation: str = "read_committed") -> Counter:  # type: ignore[type-arg]
-    got = consume(cluster.bootstrap_servers, topic, PARTITIONS, expected, isolation_level=isolation)
-    return Counter(int(v) for _p, _o, _k, v, _h in got)
+    return values(consume, cluster.bootstrap_servers, topic, PARTITIONS, expected, isolation)
 
 
 def _no_open_transaction(cluster: MockCluster, prefix: str, tasks: int, attempts: int = 3) -> None:
@@ -94,26 +103,11 @@ def test_timeout_check_passes_when_the_timeout_covers_trigger_and_commit() -> No
 # -- the writers called directly (no SparkSession): speculation, idempotent commits -------------------------
 
 def _rows(lo: int, hi: int) -> pa.RecordBatch:
-    return pa.record_batch([pa.array([str(i) for i in range(lo, hi)]), pa.array([i % PARTITIONS for i in range(lo, hi)],
-                                                                                    pa.int32())],
-                           names=["value", "partition"])
+    return arrow_rows(lo, hi, PARTITIONS)
 
 
 def _batch_writer(cluster: MockCluster, topic: str, prefix: Optional[str] = None) -> KafkaBatchWriter:
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-
-    options = {"kafka.bootstrap.servers": cluster.bootstrap_servers, "topic": topic,
-               "kproducer.guarantee": "exactly_once", "kafka.linger.ms": "1"}
-    if prefix:
-        options["kproducer.transactional.id.prefix"] = prefix
-    opts = parse_options(options)
-    schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
-    return KafkaBatchWriter(opts, check_schema(schema, opts.topic))
-
-
-def _as_task(monkeypatch: Any, partition: int, attempt: int, batch_id: Optional[int] = None,
-             query_id: Optional[str] = None) -> None:
-    monkeypatch.setattr(_sink, "_task_context", lambda: TaskInfo(partition, attempt, batch_id, query_id))
+    return batch_writer(cluster.bootstrap_servers, topic, prefix)
 
 
 @pytest.mark.parametrize("winner", [0, 1], ids=["first-attempt-wins", "speculative-copy-wins"])
@@ -124,11 +118,11 @@ def test_speculative_second_attempt(cluster: MockCluster, consume: Callable[...,
     commits the winner's transaction and aborts the loser's (InitProducerId on its id)."""
     topic = _topic(cluster, "spec")
     writer = _batch_writer(cluster, topic)
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     first = writer.write(iter([_rows(0, 300)]))
-    _as_task(monkeypatch, 0, 1)  # the speculative copy starts after the original finished writing
+    as_task(monkeypatch, 0, 1)  # the speculative copy starts after the original finished writing
     second = writer.write(iter([_rows(0, 300)]))
-    _as_task(monkeypatch, 1, 0)
+    as_task(monkeypatch, 1, 0)
     other = writer.write(iter([_rows(300, 500)]))
     assert first.transaction and second.transaction and other.transaction
     assert first.transaction["transactional_id"] != second.transaction["transactional_id"]
@@ -144,14 +138,14 @@ def test_commit_is_idempotent_and_abort_leaves_nothing(cluster: MockCluster, con
                                                        monkeypatch: Any) -> None:
     topic = _topic(cluster, "idem")
     writer = _batch_writer(cluster, topic, prefix=f"idem-{uuid.uuid4().hex[:6]}")
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     msg = writer.write(iter([_rows(0, 100)]))
     writer.commit([msg])
     writer.commit([msg])  # a driver retry: the coordinator answers a repeated EndTxn(commit) with success
     assert _values(consume, cluster, topic, 100) == Counter(range(100))
 
     aborted = _batch_writer(cluster, topic)
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     gone = aborted.write(iter([_rows(100, 200)]))
     aborted.abort([gone, None])
     assert _values(consume, cluster, topic, 100) == Counter(range(100))
@@ -163,7 +157,7 @@ def test_a_fenced_transaction_fails_the_commit_naming_the_task(cluster: MockClus
 
     topic = _topic(cluster, "fenced")
     writer = _batch_writer(cluster, topic)
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     msg = writer.write(iter([_rows(0, 10)]))
     abort_transactional_id(msg.transaction["transactional_id"], {"bootstrap.servers": cluster.bootstrap_servers})
     with pytest.raises(SinkWriteError) as info:
@@ -187,7 +181,7 @@ def test_stream_writer_skips_a_committed_micro_batch(cluster: MockCluster, consu
     query = f"q{uuid.uuid4().hex[:8]}"
     prefix = f"kproducer-{query}"
     for replay in (False, True):
-        _as_task(monkeypatch, 0, 0, batch_id=7, query_id=query)
+        as_task(monkeypatch, 0, 0, batch_id=7, query_id=query)
         msg = writer.write(iter([_rows(0, 50)]))
         assert msg.skipped is replay and (msg.transaction is None) is replay
         writer.commit([msg], 7)
@@ -199,12 +193,7 @@ def test_stream_writer_skips_a_committed_micro_batch(cluster: MockCluster, consu
 # -- Spark: a local session (local[2,2]: a failed task is retried once) ---------------------------------------
 
 def _eos_write(df: Any, cluster: MockCluster, topic: str, **options: str) -> None:
-    writer = (df.write.format("kproducer").mode("append")
-              .option("kafka.bootstrap.servers", cluster.bootstrap_servers).option("topic", topic)
-              .option("kproducer.guarantee", "exactly_once"))
-    for k, v in options.items():
-        writer = writer.option(k, v)
-    writer.save()
+    sink_write(df, cluster.bootstrap_servers, topic, **options)
 
 
 @pytest.mark.integration
@@ -213,12 +202,9 @@ def test_spark_task_failing_half_way_is_retried_exactly_once(spark: Any, cluster
     """Attempt 0 of every task writes (and flushes) half its rows, then fails; Spark retries the task."""
     topic = _topic(cluster, "retry")
     n = 4000
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
-    try:
+    with arrow_batch_rows(spark, 500):
         df = spark.range(0, n, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
         _eos_write(df, cluster, topic, **{"kproducer.test.fail.after.rows": str(n // 4)})
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert _values(consume, cluster, topic, n) == Counter(range(n))
     # the failed attempts' rows are in the log, aborted: n/4 per task
     assert sum(_values(consume, cluster, topic, n + n // 2, "read_uncommitted").values()) == n + n // 2
@@ -250,18 +236,7 @@ def test_spark_failed_job_leaves_nothing_visible(spark: Any, cluster: MockCluste
 
 
 def _stream(spark: Any, cluster: MockCluster, topic: str, checkpoint: str, rows: int, **options: str) -> Any:
-    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows).option("numPartitions", 2)
-             .load().selectExpr("CAST(value AS STRING) AS value")
-             .writeStream.format("kproducer").option("kafka.bootstrap.servers", cluster.bootstrap_servers)
-             .option("topic", topic).option("kproducer.guarantee", "exactly_once")
-             .option("checkpointLocation", checkpoint))
-    for k, v in options.items():
-        query = query.option(k, v)
-    return query.trigger(availableNow=True).start()
-
-
-def _batches_run(query: Any) -> List[int]:
-    return [p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0]
+    return stream(spark, cluster.bootstrap_servers, topic, checkpoint, rows, **options)
 
 
 @pytest.mark.integration
@@ -284,7 +259,7 @@ def test_spark_stream_driver_stopped_mid_commit_then_restarted(spark: Any, clust
         query = _stream(spark, cluster, topic, checkpoint, rows)
         query.awaitTermination(120)
         assert query.exception() is None
-        seen = _batches_run(query)
+        seen = batches_run(query)
         assert seen[0] == 0, seen  # the replay of batch 0 (availableNow may run batch 1 too)
         total = rows * (max(seen) + 1)
         assert _values(consume, cluster, topic, total) == Counter(range(total))
@@ -307,16 +282,11 @@ def test_spark_stream_micro_batch_replayed_after_commit_writes_nothing(spark: An
             query = _stream(spark, cluster, topic, checkpoint, rows)
             query.awaitTermination(120)
             assert query.exception() is None
-        # forget that batch 1 was committed: Spark runs it again on restart (as after a crash right
-        # after the sink's commit, before the checkpoint's commit log was written)
-        for name in ("1", ".1.crc"):
-            path = os.path.join(checkpoint, "commits", name)
-            if os.path.exists(path):
-                os.remove(path)
+        forget_commit(checkpoint, 1)  # Spark runs batch 1 again on restart
         query = _stream(spark, cluster, topic, checkpoint, rows)
         query.awaitTermination(120)
         assert query.exception() is None
-        seen = _batches_run(query)
+        seen = batches_run(query)
         assert seen[0] == 1, seen  # the replay (availableNow may run batch 2 after it)
         total = rows * (max(seen) + 1)
         assert _values(consume, cluster, topic, total) == Counter(range(total))
@@ -337,7 +307,7 @@ def test_a_refused_transaction_timeout_fails_the_task_before_writing(cluster: Mo
 
     schema = StructType([StructField("value", StringType())])
     writer = KafkaBatchWriter(opts, check_schema(schema, topic))
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     with pytest.raises(SinkWriteError) as info:
         writer.write(iter([pa.record_batch([pa.array(["a"])], names=["value"])]))
     text = str(info.value)
@@ -358,7 +328,7 @@ def test_at_least_once_failed_task_delivers_what_it_queued(cluster: MockCluster,
     schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
     writer = KafkaBatchWriter(opts, check_schema(schema, topic))
     bad = pa.record_batch([pa.array(["x"]), pa.array([9], pa.int32())], names=["value", "partition"])
-    _as_task(monkeypatch, 0, 0)
+    as_task(monkeypatch, 0, 0)
     with pytest.raises(SinkWriteError) as info:
         writer.write(iter([_rows(0, 30), bad, _rows(30, 60)]))
     assert "30 rows queued, 30 of them acknowledged before the task failed" in str(info.value)

@@ -13,6 +13,7 @@ from kproducer.protocol.errors import (
     NO_ERROR,
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
+    IllegalGenerationError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
@@ -23,6 +24,7 @@ from kproducer.protocol.errors import (
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     TransactionalIdAuthorizationFailedError,
+    UnknownMemberIdError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
@@ -234,10 +236,11 @@ def test_init_producer_id_fences_the_old_epoch(cluster: MockCluster, clients: Cl
     assert old.add(0) == {0: NO_ERROR}
     old.send(0, [b"zombie"])
     new = Txn(clients, "tx-fence")
-    assert (new.pid, new.epoch) == (old.pid, old.epoch + 1)
-    # the ongoing transaction was aborted, with a marker of the new epoch
+    assert (new.pid, new.epoch) == (old.pid, old.epoch + 2)
+    # the ongoing transaction was aborted, with a marker of a fencing epoch (as Apache Kafka: old + 1)
     assert cluster.transaction_state("tx-fence") == "Empty"
-    assert [r.control_type for r in cluster.records("t", 0, include_control=True) if r.is_control] == [0]
+    assert [(r.control_type, r.producer_epoch) for r in cluster.records("t", 0, include_control=True)
+            if r.is_control] == [(0, old.epoch + 1)]
     assert old.add(1, version=3) == {1: ProducerFencedError.code}
     assert old.add(1, version=1) == {1: InvalidProducerEpochError.code}
     assert old.end(commit=True, version=3) == ProducerFencedError.code
@@ -306,6 +309,68 @@ def test_transaction_timeout_aborts_and_fences() -> None:
         finally:
             clients.close()
 
+
+
+@pytest.mark.parametrize("reader", ["fetch", "list_offsets"])
+def test_a_read_committed_reader_gets_a_timed_out_transaction_aborted(reader: str) -> None:
+    """As Apache Kafka's coordinator aborts a timed-out transaction by itself, read_committed consumers do not
+    wait for its producer to come back: a read_committed Fetch or ListOffsets aborts it (fencing epoch)."""
+    clock = FakeClock()
+    with MockCluster(1, clock=clock) as cluster:
+        cluster.create_topic("t", 1)
+        clients = Clients(cluster)
+        try:
+            txn = Txn(clients, "tx-left")
+            txn.coordinator.request(INIT_PRODUCER_ID, 4, {"transactional_id": "tx-left", "transaction_timeout_ms": 100,
+                                                          "producer_id": txn.pid, "producer_epoch": txn.epoch})
+            txn.epoch += 1
+            txn.add(0)
+            txn.send(0, [b"a"])
+            leader = clients.leader("t", 0)
+            assert list_offset(leader, -1, isolation=1)["offset"] == 0
+            clock.advance(101)
+            if reader == "fetch":
+                view = fetch(leader, 0, isolation=1)
+                assert (view["last_stable_offset"], view["high_watermark"]) == (2, 2)
+            else:
+                assert list_offset(leader, -1, isolation=1)["offset"] == 2
+            assert cluster.transaction_state("tx-left") == "CompleteAbort"
+            markers = [r for r in cluster.records("t", 0, include_control=True) if r.is_control]
+            assert [(m.control_type, m.producer_epoch) for m in markers] == [(0, txn.epoch + 1)]
+            assert txn.end(commit=True) == ProducerFencedError.code
+        finally:
+            clients.close()
+
+
+def test_txn_offset_commit_to_a_group_without_members() -> None:
+    """As Apache Kafka answers for a group without members: generation -1 is accepted whatever the member id;
+    a generation is ILLEGAL_GENERATION while the group does not exist, UNKNOWN_MEMBER_ID once it does."""
+    with MockCluster(1) as cluster:
+        cluster.create_topic("t", 1)
+        clients = Clients(cluster)
+        try:
+            txn = Txn(clients, "tx-group")
+
+            def commit(generation: int, member: str) -> int:
+                body = {"transactional_id": txn.txn_id, "producer_id": txn.pid, "producer_epoch": txn.epoch,
+                        "group_id": "g"}
+                assert txn.coordinator.request(ADD_OFFSETS_TO_TXN, 3, body)["error_code"] == NO_ERROR
+                response = txn.coordinator.request(TXN_OFFSET_COMMIT, 3, dict(
+                    body, generation_id=generation, member_id=member, group_instance_id=None,
+                    topics=[{"name": "t", "partitions": [
+                        {"partition_index": 0, "committed_offset": 5, "committed_metadata": None}]}]))
+                code: int = response["topics"][0]["partitions"][0]["error_code"]
+                assert txn.end(commit=code == NO_ERROR) == NO_ERROR
+                return code
+
+            assert commit(3, "m-1") == IllegalGenerationError.code
+            assert cluster.committed_offsets("g") == {}
+            assert commit(-1, "m-1") == NO_ERROR
+            assert cluster.committed_offsets("g") == {("t", 0): 5}
+            assert commit(3, "m-1") == UnknownMemberIdError.code
+            assert commit(0, "") == UnknownMemberIdError.code
+        finally:
+            clients.close()
 
 def test_injected_transaction_errors(cluster: MockCluster, clients: Clients) -> None:
     cluster.inject_errors("init_producer_id", [CoordinatorNotAvailableError.code])

@@ -24,6 +24,9 @@ NO_SESSION = 0
 
 
 def handle_fetch(ctx: BrokerContext, request: Request) -> Result:
+    assert request.body is not None
+    if request.body["isolation_level"] == READ_COMMITTED:
+        ctx.txn.expire_timed_out()  # (here, not in evaluate_fetch: the purgatory thread must not take its lock)
     result = evaluate_fetch(ctx, request, first=True, final=False)
     if result is not None:
         return result

@@ -16,6 +16,8 @@ def handle_list_offsets(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
     read_committed = body["isolation_level"] == READ_COMMITTED
+    if read_committed:
+        ctx.txn.expire_timed_out()
     topics = []
     for t in body["topics"]:
         parts = []

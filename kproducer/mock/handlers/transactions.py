@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from ...protocol.errors import NO_ERROR, InvalidRequestError, NotCoordinatorError, OperationNotAttemptedError
+from ...protocol.errors import (
+    NO_ERROR,
+    IllegalGenerationError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    UnknownMemberIdError,
+)
 from ..context import BrokerContext
 from ..request_channel import Request
 from ..results import Body, Result
@@ -102,6 +109,14 @@ def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> Result:
     rest = {tp: value for tp, value in offsets.items() if tp not in codes}
     if rest and not ctx.is_coordinator(body["group_id"]):
         codes.update({tp: NotCoordinatorError.code for tp in rest})
+    elif rest and body.get("generation_id", -1) >= 0:
+        # the mock's groups have no members (no JoinGroup): as Apache Kafka answers for such a group, a
+        # generation is ILLEGAL_GENERATION while the group does not exist and UNKNOWN_MEMBER_ID once it does;
+        # generation -1 is accepted whatever the member id (a "simple" consumer)
+        with ctx.state.lock:
+            known = body["group_id"] in ctx.state.group_offsets
+        code = UnknownMemberIdError.code if known else IllegalGenerationError.code
+        codes.update({tp: code for tp in rest})
     elif rest:
         codes.update(ctx.txn.txn_offset_commit(
             body["transactional_id"], body["group_id"], body["producer_id"], body["producer_epoch"], rest,

@@ -929,6 +929,11 @@ class ProducerConfig:
             if s.java == "bootstrap.servers" and raw is None:
                 raise ConfigError("bootstrap.servers is required, e.g. Producer(bootstrap_servers='127.0.0.1:9092')")
             # (kafka-python passes compression_type=None for "none")
+            if raw is None and s.default is not None and s.kind not in ("endpoint", "compression"):
+                # Java's validators refuse null for a setting that has a value by default; None must not
+                # skip the checks either (acks=None used to be accepted, and no record was ever delivered)
+                raise ConfigError(f"{self.spelled.get(s.java, s.java)} cannot be None: give a value, or leave it "
+                                  f"out for the default ({s.java}={s.default})")
             keep_none = raw is None and s.kind not in ("endpoint", "compression")
             setattr(self, s.alias, None if keep_none else _convert(s, raw))
         #: (setting, object) of each plug-in made here from a dotted name or a class: the producer calls their

@@ -54,6 +54,9 @@ SUPPORTED_MECHANISMS: Tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-51
 
 #: the lowest SCRAM iteration count a client accepts (Kafka's ScramMechanism minIterations)
 SCRAM_MIN_ITERATIONS = 4096
+#: the highest (Kafka's ScramMechanism maxIterations): the client's key derivation runs on the network thread,
+#: so a broker must not choose how long it blocks (60,000,000 iterations took 14 s)
+SCRAM_MAX_ITERATIONS = 16384
 
 _SCRAM_HASHES: Dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
@@ -278,7 +281,7 @@ class ScramClient(SaslClient):
 
     def __init__(self, username: str, password: str, *, hash_name: str = "sha256",
                  extensions: Optional[Mapping[str, str]] = None, nonce: Optional[str] = None,
-                 min_iterations: int = SCRAM_MIN_ITERATIONS) -> None:
+                 min_iterations: int = SCRAM_MIN_ITERATIONS, max_iterations: int = SCRAM_MAX_ITERATIONS) -> None:
         import hashlib
         import secrets
         super().__init__()
@@ -288,6 +291,7 @@ class ScramClient(SaslClient):
         self.username = username
         self._password = password
         self._min_iterations = min_iterations
+        self._max_iterations = max_iterations
         if nonce is None:
             nonce = secrets.token_urlsafe(24)
         if not nonce or not all(0x21 <= ord(ch) <= 0x7E and ch != "," for ch in nonce):
@@ -338,6 +342,9 @@ class ScramClient(SaslClient):
         if iterations < self._min_iterations:
             _fail(mech, f"the server asked for {iterations} iterations, fewer than the minimum "
                         f"{self._min_iterations}")
+        if iterations > self._max_iterations:
+            _fail(mech, f"the server asked for {iterations} iterations, more than the maximum "
+                        f"{self._max_iterations} that Kafka's SCRAM allows")
         keys = _ScramKeys(self._hash_name, self._password.encode("utf-8"), salt, iterations)
         without_proof = f"c={_b64encode(_GS2_HEADER.encode('ascii'))},r={server_nonce}"
         auth_message = f"{self._client_first_bare},{server_first},{without_proof}".encode("utf-8")

@@ -312,3 +312,22 @@ def test_backoff_maximums_are_at_least_the_initial_values() -> None:
 def test_compression_level_follows_the_codec() -> None:
     assert cfg(compression_type="gzip", compression_gzip_level=3).compression_level == 3
     assert cfg(compression_type="none", compression_gzip_level=3).compression_level is None
+
+
+@pytest.mark.parametrize("name, java", [
+    ("acks", "acks"), ("metadata_max_age_ms", "metadata.max.age.ms"), ("linger_ms", "linger.ms"),
+    ("batch_size", "batch.size"), ("max_block_ms", "max.block.ms"), ("enable.idempotence", "enable.idempotence"),
+    ("request.timeout.ms", "request.timeout.ms"), ("retries", "retries"),
+])
+def test_none_for_a_setting_with_a_default_is_a_config_error_naming_it(name: str, java: str) -> None:
+    """None skipped every check (acks=None was accepted and no record was ever delivered; linger_ms=None raised
+    a raw TypeError later): it is a ConfigError that names the setting as given and its default."""
+    with pytest.raises(ConfigError, match=f"^{name} cannot be None: .*default \\({java}=") as info:
+        ProducerConfig({"bootstrap.servers": "127.0.0.1:9092", name: None})
+    assert str(SETTINGS[java].default) in str(info.value)
+
+
+def test_none_still_means_unset_where_the_default_is_none() -> None:
+    config = ProducerConfig(bootstrap_servers="127.0.0.1:9092", transactional_id=None, compression_type=None,
+                            sasl_mechanism=None, partitioner=None)
+    assert config.transactional_id is None and config.sasl_mechanism is None

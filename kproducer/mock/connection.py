@@ -41,6 +41,7 @@ class Connection:
         "closed",
         "handshaking",
         "session",
+        "principal",
         "close_after_send",
         "reader",
         "_out",
@@ -62,6 +63,8 @@ class Connection:
         self.handshaking = False
         #: the connection's SASL state on a SASL listener, else None
         self.session: Optional[SaslSession] = None
+        #: the principal before SASL (kproducer.mock.acl): a verified TLS client certificate's subject
+        self.principal = "User:ANONYMOUS"
         #: close the connection once the queued output has been written (failed authentication)
         self.close_after_send = False
         #: the incoming bytes, reassembled into request frames

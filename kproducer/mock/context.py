@@ -23,9 +23,10 @@ from ..protocol.errors import (
 from ..protocol.messages import API_VERSIONS, encode_response
 from .faults import snake
 from .purgatory import Purgatory
+from .quotas import ProduceQuotas
 from .request_channel import Request, RequestChannel, Response
 from .results import CLOSE_CONNECTION, NO_RESPONSE, Body, Result
-from .state import ClusterState, PartitionState
+from .state import MAX_MESSAGE_BYTES, ClusterState, PartitionState
 from .txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,17 @@ class BrokerContext:
         #: api key -> (min, max): what this broker advertises and accepts
         self.served = served
         self.purgatory = Purgatory(broker_id, state, state.clock, self.respond)
+        #: this broker's produce byte-rate sensors (the quotas themselves are the cluster's)
+        self.quotas = ProduceQuotas(state.quotas, state.clock)
 
     # ------------------------------------------------------------------------- responding
 
-    def respond(self, request: Request, result: Result, close_after_send: bool = False) -> None:
-        """Send a handler's result; ``close_after_send`` closes the connection once it is written."""
+    def respond(self, request: Request, result: Result, close_after_send: bool = False,
+                throttle_ms: int = 0, client_throttles: bool = True) -> None:
+        """Send a handler's result; ``close_after_send`` closes the connection once it is written.
+        ``throttle_ms`` (a quota): the connection reads no further request for that long (KIP-219); when
+        the client does not throttle itself (``client_throttles`` False: an older request version), the
+        response is also held back that long, as Kafka does."""
         name = _API_NAMES.get(request.api.key) or _API_NAMES.setdefault(request.api.key, snake(request.api.name))
         if result is CLOSE_CONNECTION or self.faults.take_drop(name):
             self.channel.send_response(Response(request, None, close=True))
@@ -93,8 +100,11 @@ class BrokerContext:
             # as Kafka (connection.failed.authentication.delay.ms): the answer to a failed authentication is
             # held back, then written with the close right behind it (a client gets both in one read)
             send_at_ms = max(send_at_ms, self.clock.monotonic_ms() + FAILED_AUTHENTICATION_DELAY_MS)
+        muted_until_ms = self.clock.monotonic_ms() + throttle_ms if throttle_ms > 0 else 0.0
+        if muted_until_ms and not client_throttles:
+            send_at_ms = max(send_at_ms, muted_until_ms)
         if result is NO_RESPONSE:
-            self.channel.send_response(Response(request, None, send_at_ms=send_at_ms))
+            self.channel.send_response(Response(request, None, send_at_ms=send_at_ms, muted_until_ms=muted_until_ms))
             return
         assert isinstance(result, dict)
         corruption = self.faults.take_corruption(name)
@@ -113,7 +123,8 @@ class BrokerContext:
         else:
             data = encode_response(request.api, request.version, request.header.correlation_id, result)
         self.channel.send_response(
-            Response(request, data, send_at_ms=send_at_ms, close_after_send=close_after_send)
+            Response(request, data, send_at_ms=send_at_ms, close_after_send=close_after_send,
+                     muted_until_ms=muted_until_ms)
         )
 
     def _unsupported_api_versions_reply(self, request: Request, result: Body) -> bytes:
@@ -137,6 +148,13 @@ class BrokerContext:
         if p.leader != self.broker_id:
             return NotLeaderOrFollowerError.code, p
         return NO_ERROR, p
+
+    def max_message_bytes(self, topic: str) -> Tuple[int, bool]:
+        """The largest batch a topic takes: its ``max.message.bytes`` config (True) if it has one, else the
+        cluster's ``max_message_bytes`` (False)."""
+        t = self.state.topic(topic)
+        value = t.configs.get(MAX_MESSAGE_BYTES) if t is not None else None
+        return (int(value), True) if value else (self.config.max_message_bytes, False)
 
     def leader_info(self, p: Optional[PartitionState]) -> Body:
         """KIP-951's leader hint: the partition's leader and epoch (-1, -1 when unknown or not alive)."""

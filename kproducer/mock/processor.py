@@ -29,6 +29,7 @@ from collections import deque
 from typing import Deque, Dict, List, Mapping, Optional, Set, Tuple
 
 from ..protocol.messages import API_VERSIONS, decode_request_header
+from .acl import tls_principal
 from .connection import Connection, FramingError, TlsConnection
 from .mock_clock import SYSTEM_CLOCK, MockClock, real_wait
 from .request_channel import Request, RequestChannel, Response
@@ -80,6 +81,10 @@ class Processor(threading.Thread):
         self._check_buffer: Set[int] = set()
         #: (close at clock monotonic_ms(), connection): connections to close once their last response went out
         self._closing: List[Tuple[float, Connection]] = []
+        #: (unmute at clock monotonic_ms(), connection): connections muted by a quota throttle; and the
+        #: throttle end of a connection whose throttled response is still being written
+        self._throttled: List[Tuple[float, Connection]] = []
+        self._throttle_ends: Dict[int, float] = {}
         self._completed_receives: List[Tuple[Connection, bytes]] = []
         self._completed_sends: List[Connection] = []
         self._disconnected: List[Tuple[Connection, str, int]] = []
@@ -142,6 +147,25 @@ class Processor(threading.Thread):
         self._process_disconnected()
         if self._closing:
             self._close_delayed()
+        if self._throttled:
+            self._end_throttles()
+
+    def _end_throttles(self) -> None:
+        now = self._clock.monotonic_ms()
+        keep = []
+        for at, conn in self._throttled:
+            if at > now:
+                keep.append((at, conn))
+            elif not conn.closed:
+                self._unmute(conn)
+        self._throttled = keep
+
+    def _unmute_after(self, conn: Connection, at_ms: float) -> None:
+        """Unmute now, or once a quota throttle ending at ``at_ms`` is over (as Kafka's MUTED_AND_THROTTLED)."""
+        if at_ms > self._clock.monotonic_ms():
+            self._throttled.append((at_ms, conn))
+        else:
+            self._unmute(conn)
 
     def _close_delayed(self) -> None:
         now = self._clock.monotonic_ms()
@@ -206,8 +230,10 @@ class Processor(threading.Thread):
             self._close(conn, f"closing instead of answering {response.request.api.name}", logging.INFO)
             return
         if response.data is None:
-            self._unmute(conn)
+            self._unmute_after(conn, response.muted_until_ms)
             return
+        if response.muted_until_ms:
+            self._throttle_ends[conn.id] = response.muted_until_ms
         if response.close_after_send:
             conn.close_after_send = True
         if response.raw:
@@ -229,8 +255,10 @@ class Processor(threading.Thread):
             timeout: Optional[float] = 0.0
         else:
             timeout = POLL_TIMEOUT
-            if self._delayed or self._closing:
+            if self._delayed or self._closing or self._throttled:
                 now = self._clock.monotonic_ms()
+                if self._throttled:
+                    timeout = max(0.0, min(timeout, (min(at for at, _ in self._throttled) - now) / 1000.0))
                 if self._delayed:
                     timeout = max(0.0, min(timeout, (self._delayed[0][0] - now) / 1000.0))
                 if self._closing:
@@ -296,6 +324,7 @@ class Processor(threading.Thread):
         if not done:
             return
         log.debug("broker %d: TLS established with %s", self.broker_id, conn.peer)
+        conn.principal = tls_principal(conn.sock.getpeercert())  # type: ignore[attr-defined]
         try:
             alive = conn.read()
         except OSError as e:
@@ -372,7 +401,7 @@ class Processor(threading.Thread):
             )
             return None
         return Request(self.processor_id, conn.id, header, api, body, len(frame), conn.peer, session,
-                       self._clock.monotonic_ms())
+                       self._clock.monotonic_ms(), conn.principal)
 
     def _process_completed_sends(self) -> None:
         sends, self._completed_sends = self._completed_sends, []
@@ -389,7 +418,7 @@ class Processor(threading.Thread):
                         pass
                     self._closing.append((self._clock.monotonic_ms() + _CLOSE_AFTER_SHUTDOWN_MS, conn))
                 else:
-                    self._unmute(conn)
+                    self._unmute_after(conn, self._throttle_ends.pop(conn.id, 0.0))
 
     def _process_disconnected(self) -> None:
         disconnected, self._disconnected = self._disconnected, []
@@ -444,6 +473,7 @@ class Processor(threading.Thread):
                 pass
         self._connections.pop(conn.id, None)
         self._check_buffer.discard(conn.id)
+        self._throttle_ends.pop(conn.id, None)
         # logged before the socket closes, so that whoever sees the close can also see why
         log.log(level, "broker %d: closed connection %d from %s: %s", self.broker_id, conn.id, conn.peer, reason)
         conn.close()

@@ -30,6 +30,7 @@ class Request:
         "received_at_ms",
         "peer",
         "session",
+        "principal",
     )
 
     def __init__(
@@ -43,6 +44,7 @@ class Request:
         peer: str,
         session: Optional[SaslSession] = None,
         received_at_ms: Optional[float] = None,
+        principal: str = "User:ANONYMOUS",
     ) -> None:
         self.processor_id = processor_id
         self.connection_id = connection_id
@@ -56,6 +58,8 @@ class Request:
         self.peer = peer
         #: the connection's SASL session (SASL listeners only)
         self.session = session
+        #: the connection's principal before SASL: its TLS client certificate's, else User:ANONYMOUS
+        self.principal = principal
 
     @property
     def version(self) -> int:
@@ -71,7 +75,7 @@ class Request:
 class Response:
     """What a processor should do for a request: send ``data``, do nothing (``data`` None), or close."""
 
-    __slots__ = ("request", "data", "close", "send_at_ms", "close_after_send", "raw")
+    __slots__ = ("request", "data", "close", "send_at_ms", "close_after_send", "raw", "muted_until_ms")
 
     def __init__(
         self,
@@ -81,6 +85,7 @@ class Response:
         send_at_ms: float = 0.0,
         close_after_send: bool = False,
         raw: bool = False,
+        muted_until_ms: float = 0.0,
     ) -> None:
         self.request = request
         #: the response frame without its size prefix; None for a no-op response
@@ -94,6 +99,9 @@ class Response:
         self.close_after_send = close_after_send
         #: ``data`` goes on the wire as it is, without a size prefix (a fault: a hostile frame size)
         self.raw = raw
+        #: a quota throttle (KIP-219): the connection reads no further request before this clock
+        #: monotonic_ms(), even once the response is sent; 0: none
+        self.muted_until_ms = muted_until_ms
 
 
 _STOP = object()

@@ -12,17 +12,25 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..protocol.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     InvalidTopicError,
     LeaderNotAvailableError,
     TopicAlreadyExistsError,
 )
+from .acl import Authorizer
 from .faults import FaultInjector
 from .log import PartitionLog
 from .mock_clock import SYSTEM_CLOCK, MockClock
+from .quotas import QuotaConfig
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+#: the topic config an acks=all Produce checks: fewer in-sync replicas and it is refused (NOT_ENOUGH_REPLICAS)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+#: the topic config that overrides the cluster's max_message_bytes for a topic's batches (MESSAGE_TOO_LARGE)
+MAX_MESSAGE_BYTES = "max.message.bytes"
 
 
 @dataclass
@@ -48,6 +56,10 @@ class ClusterConfig:
     #: encoded as v0, listing the ApiVersions versions served) or "as_requested" (a fault: encoded in
     #: the requested version's flexible shape with a flexible header, which parses as neither)
     unsupported_api_versions_reply: str = "v0"
+    #: produce quotas: rates are measured over ``quota_window_num`` samples of ``quota_window_ms`` (Kafka's
+    #: quota.window.num and quota.window.size.seconds)
+    quota_window_ms: float = 1000.0
+    quota_window_num: int = 11
 
 
 class BrokerInfo:
@@ -81,6 +93,11 @@ class TopicState:
         self.partitions = partitions
         self.configs = configs
 
+    def min_insync_replicas(self) -> int:
+        """The topic's ``min.insync.replicas`` (Kafka's default: 1)."""
+        value = self.configs.get(MIN_INSYNC_REPLICAS)
+        return int(value) if value else 1
+
 
 class TopicError(Exception):
     """Topic creation refused: ``code`` is the Kafka error code to answer."""
@@ -97,6 +114,10 @@ class ClusterState:
         #: the time source of every timeout of the cluster
         self.clock = clock
         self.faults = faults
+        #: producer_byte_rate quotas per user / client id (each broker measures its own rates)
+        self.quotas = QuotaConfig(config.quota_window_ms, config.quota_window_num)
+        #: the ACLs (kproducer.mock.acl); off unless MockCluster(authorizer=True)
+        self.authorizer = Authorizer()
         self.lock = threading.RLock()
         self.cluster_id = "kproducer-mock-" + uuid.uuid4().hex[:12]
         self.brokers: Dict[int, BrokerInfo] = {}
@@ -146,11 +167,26 @@ class ClusterState:
             for topic in self.topics.values():
                 for p in topic.partitions:
                     if p.leader == broker_id:
-                        candidates = [r for r in p.replicas if r in live] or live
-                        p.leader = candidates[0]
-                        p.leader_epoch += 1
+                        # among the replicas only (every broker unless a replication factor was given);
+                        # none alive: the partition stays offline until one comes back, as in Kafka
+                        candidates = [r for r in p.replicas if r in live]
+                        if candidates:
+                            p.leader = candidates[0]
+                            p.leader_epoch += 1
 
     # ------------------------------------------------------------------------------- topics
+
+    def not_enough_replicas(self, p: PartitionState) -> Optional[str]:
+        """Why an acks=all write to ``p`` is refused (NOT_ENOUGH_REPLICAS): fewer in-sync replicas (those whose
+        broker runs) than the topic's min.insync.replicas; None when it may be written."""
+        with self.lock:
+            topic = self.topics.get(p.topic)
+            min_isr = topic.min_insync_replicas() if topic is not None else 1
+            isr = [r for r in p.replicas if self.brokers[r].alive]
+        if len(isr) >= min_isr:
+            return None
+        return (f"The size of the current ISR {isr} is insufficient to satisfy the min.isr requirement of "
+                f"{min_isr} for partition {p.topic}-{p.index}")
 
     def create_topic(
         self,
@@ -159,8 +195,10 @@ class ClusterState:
         leaders: Optional[Sequence[int]] = None,
         configs: Optional[Dict[str, Optional[str]]] = None,
         validate_only: bool = False,
+        replication_factor: Optional[int] = None,
     ) -> Optional[TopicState]:
-        """Create a topic; partition i is led by broker ``leaders[i]`` or spread round robin."""
+        """Create a topic; partition i is led by broker ``leaders[i]`` or spread round robin. Its replicas
+        are the leader and the next ``replication_factor - 1`` brokers by id (None: every broker)."""
         validate_topic_name(name)
         if partitions < 1:
             raise TopicError(InvalidPartitionsError.code, f"number of partitions must be at least 1, got {partitions}")
@@ -171,6 +209,10 @@ class ClusterState:
             if not broker_ids:
                 raise TopicError(LeaderNotAvailableError.code, "the cluster has no brokers")
             live = self.live_broker_ids() or broker_ids
+            rf = len(broker_ids) if replication_factor is None else replication_factor
+            if not 1 <= rf <= len(broker_ids):
+                raise TopicError(InvalidReplicationFactorError.code,
+                                 f"replication factor {rf} is not between 1 and {len(broker_ids)}")
             if leaders is not None:
                 if len(leaders) != partitions:
                     raise TopicError(InvalidReplicaAssignmentError.code,
@@ -182,11 +224,23 @@ class ClusterState:
                 chosen = list(leaders)
             else:
                 chosen = [live[i % len(live)] for i in range(partitions)]
+            min_isr = (configs or {}).get(MIN_INSYNC_REPLICAS)
+            if min_isr is not None and not (min_isr.isdigit() and int(min_isr) >= 1):
+                raise TopicError(InvalidConfigError.code,
+                                 f"{MIN_INSYNC_REPLICAS} must be an integer of at least 1, not {min_isr!r}")
+            max_bytes = (configs or {}).get(MAX_MESSAGE_BYTES)
+            if max_bytes is not None and not (max_bytes.isdigit() and int(max_bytes) >= 0):
+                raise TopicError(InvalidConfigError.code,
+                                 f"{MAX_MESSAGE_BYTES} must be an integer of at least 0, not {max_bytes!r}")
             if validate_only:
                 return None
             parts = []
             for i, leader in enumerate(chosen):
-                replicas = [leader] + [b for b in broker_ids if b != leader]
+                if replication_factor is None:
+                    replicas = [leader] + [b for b in broker_ids if b != leader]
+                else:
+                    at = broker_ids.index(leader)
+                    replicas = [broker_ids[(at + k) % len(broker_ids)] for k in range(rf)]
                 parts.append(PartitionState(name, i, leader, replicas))
             topic = TopicState(name, parts, dict(configs or {}))
             self.topics[name] = topic

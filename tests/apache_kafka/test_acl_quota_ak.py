@@ -7,16 +7,16 @@ answer with throttle_time_ms, and kproducer sends that broker nothing until the 
 reports it in produce-throttle-time-avg/max, and loses nothing."""
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable
 
 import pytest
 
 from kproducer import Producer
 from kproducer.errors import TopicAuthorizationFailedError
 from tests.readback import consume
+from tests.throttle_trace import ThrottleTrace
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -67,39 +67,6 @@ def test_no_write_acl_is_refused_at_once_and_the_acl_makes_it_work(apache_kafka:
     got = consume(apache_kafka.bootstrap_servers, topic, [0, 1], expected=101)
     values = sorted(m.value for m in got)
     assert values == sorted([b"first"] + [b"v%d" % i for i in range(100)])  # no refused record was written
-
-
-class ThrottleTrace:
-    """Records, on the producer's network thread, every request kproducer puts on a connection and every
-    throttle a broker asked for (kproducer's own clock, milliseconds)."""
-
-    def __init__(self, p: Producer) -> None:
-        self.sends: List[Tuple[float, int, str]] = []
-        self.throttles: List[Tuple[float, int, int]] = []
-        self.lock = threading.Lock()
-        client = p._client
-        send, maybe_throttle = client.send, client._maybe_throttle
-
-        def traced_send(request: Any, now_ms: float) -> None:
-            with self.lock:
-                self.sends.append((now_ms, request.node_id, request.api.name))
-            send(request, now_ms)
-
-        def traced_throttle(request: Any, body: Dict[str, Any], now_ms: float) -> None:
-            throttle = body.get("throttle_time_ms") or 0
-            if throttle > 0:
-                with self.lock:
-                    self.throttles.append((now_ms, request.node_id, throttle))
-            maybe_throttle(request, body, now_ms)
-
-        client.send = traced_send  # type: ignore[method-assign]
-        client._maybe_throttle = traced_throttle  # type: ignore[method-assign]
-
-    def early_sends(self) -> List[Tuple[float, int, str, float]]:
-        """Requests sent to a broker while a throttle it asked for was still running."""
-        with self.lock:
-            return [(sent, node, api, start + ms) for start, tnode, ms in self.throttles
-                    for sent, node, api in self.sends if node == tnode and start < sent < start + ms - 1]
 
 
 def test_a_producer_byte_rate_quota_is_honoured_and_nothing_is_lost(apache_kafka: Any,

@@ -58,7 +58,8 @@ def _create_topic(ctx: BrokerContext, t: Body, validate_only: bool, injected: Op
                 raise TopicError(InvalidReplicationFactorError.code,
                                  f"replication factor {rf} is not between 1 and {n_brokers}")
         configs = {c["name"]: c["value"] for c in t["configs"]}
-        topic = ctx.state.create_topic(name, num, leaders, configs, validate_only)
+        topic = ctx.state.create_topic(name, num, leaders, configs, validate_only,
+                                       replication_factor=None if leaders is not None or rf == UNSET else rf)
     except TopicError as e:
         result["error_code"] = e.code
         result["error_message"] = e.message
@@ -67,5 +68,5 @@ def _create_topic(ctx: BrokerContext, t: Body, validate_only: bool, injected: Op
         result["topic_id"] = topic.topic_id
         log.info("created topic %r with %d partitions", name, num)
     result["num_partitions"] = num
-    result["replication_factor"] = n_brokers
+    result["replication_factor"] = n_brokers if leaders is not None or rf == UNSET else rf
     return result

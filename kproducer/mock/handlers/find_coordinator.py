@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...protocol.errors import NO_ERROR, CoordinatorNotAvailableError, InvalidRequestError
 from ...protocol.messages.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
+from ..acl import coordinator_refusal
 from ..context import NO_NODE, BrokerContext
 from ..request_channel import Request
 from ..results import Body, Result
@@ -28,6 +29,8 @@ def handle_find_coordinator(ctx: BrokerContext, request: Request) -> Result:
         elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION) or (key_type == KEY_TYPE_TRANSACTION and not key):
             entry["error_code"] = InvalidRequestError.code
             entry["error_message"] = f"invalid key type {key_type} or empty key"
+        elif refused := coordinator_refusal(ctx.state.authorizer, request, key, key_type == KEY_TYPE_TRANSACTION):
+            entry["error_code"] = refused
         else:
             broker = ctx.state.coordinator_for(key)
             if broker is None:

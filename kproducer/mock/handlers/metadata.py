@@ -4,7 +4,14 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional, Tuple
 
-from ...protocol.errors import NO_ERROR, LeaderNotAvailableError, UnknownTopicIdError, UnknownTopicOrPartitionError
+from ...protocol.errors import (
+    NO_ERROR,
+    LeaderNotAvailableError,
+    TopicAuthorizationFailedError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from ..acl import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC
 from ..context import NO_NODE, BrokerContext
 from ..request_channel import Request
 from ..results import Body, Result
@@ -35,7 +42,17 @@ def handle_metadata(ctx: BrokerContext, request: Request) -> Result:
                     continue
             else:
                 topic = state.topics.get(name)
+            if not ctx.state.authorizer.allows(request, DESCRIBE, TOPIC, topic.name if topic else name or ""):
+                # as Kafka: unauthorized topics are left out of an all-topics request, else refused by name
+                if requested is not None:
+                    topics.append(_unauthorized(name or ""))
+                continue
             if topic is None:
+                auto_create = body["allow_auto_topic_creation"] and ctx.config.auto_create_topics
+                if auto_create and not (ctx.state.authorizer.allows(request, CREATE, CLUSTER, CLUSTER_NAME)
+                                        or ctx.state.authorizer.allows(request, CREATE, TOPIC, name or "")):
+                    topics.append(_unauthorized(name or ""))
+                    continue
                 topics.append(_missing_topic(ctx, name or "", body["allow_auto_topic_creation"]))
             else:
                 topics.append(_topic_metadata(ctx, topic))
@@ -51,6 +68,10 @@ def handle_metadata(ctx: BrokerContext, request: Request) -> Result:
         "controller_id": controller,
         "topics": topics,
     }
+
+
+def _unauthorized(name: str) -> Body:
+    return {"error_code": TopicAuthorizationFailedError.code, "name": name, "is_internal": False, "partitions": []}
 
 
 def _missing_topic(ctx: BrokerContext, name: str, allow_create: bool) -> Body:

@@ -15,6 +15,7 @@ from ...protocol.errors import (
     InvalidRequiredAcksError,
     InvalidTxnStateError,
     MessageTooLargeError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     ProtocolError,
     TransactionalIdAuthorizationFailedError,
@@ -28,15 +29,20 @@ from ...protocol.records import (
     read_batch_header,
     read_batches,
 )
+from ..acl import produce_refusal
 from ..context import BrokerContext
 from ..request_channel import Request
-from ..results import CLOSE_CONNECTION, NO_RESPONSE, Body, Result
+from ..results import CLOSE_CONNECTION, DEFERRED, NO_RESPONSE, Body, Result
 
 #: acks=-1 (all in-sync replicas), 0 (no response), 1 (the leader)
 VALID_ACKS = (-1, 0, 1)
 NO_ACKS = 0
+ALL_ACKS = -1
 #: the first Produce version whose NOT_LEADER_OR_FOLLOWER answers carry the new leader (KIP-951)
 LEADER_HINTS_VERSION = 10
+#: from this Produce version the client waits out a quota throttle itself (KIP-219); before, the broker
+#: holds the response back
+CLIENT_THROTTLE_VERSION = 6
 
 
 def handle_produce(ctx: BrokerContext, request: Request) -> Result:
@@ -51,8 +57,10 @@ def handle_produce(ctx: BrokerContext, request: Request) -> Result:
     for topic_data in body["topic_data"]:
         name = topic_data["name"]
         parts = []
+        refused = produce_refusal(ctx.state.authorizer, request, name, transactional_id)  # ACLs
         for pd in topic_data["partition_data"]:
-            result = _produce_partition(ctx, name, pd["index"], pd["records"], acks, transactional_id)
+            result = (_result(pd["index"], refused) if refused else
+                      _produce_partition(ctx, name, pd["index"], pd["records"], acks, transactional_id))
             if result["error_code"]:
                 any_error = True
                 if result["error_code"] == NotLeaderOrFollowerError.code and hints:
@@ -63,12 +71,21 @@ def handle_produce(ctx: BrokerContext, request: Request) -> Result:
                         moved.append(leader["leader_id"])
             parts.append(result)
         responses.append({"name": name, "partition_responses": parts})
+    # a producer_byte_rate quota: answer at once with the throttle and mute the connection that long (KIP-219)
+    user = request.session.principal if request.session is not None else None
+    throttle = ctx.quotas.record(user, request.header.client_id or "", request.size)
     if acks == NO_ACKS:
         # nothing is sent back; like Kafka, an error closes the connection so the client notices
-        return CLOSE_CONNECTION if any_error else NO_RESPONSE
-    response: Body = {"responses": responses, "throttle_time_ms": 0}
+        if any_error or not throttle:
+            return CLOSE_CONNECTION if any_error else NO_RESPONSE
+        ctx.respond(request, NO_RESPONSE, throttle_ms=throttle)
+        return DEFERRED
+    response: Body = {"responses": responses, "throttle_time_ms": throttle}
     if moved and hints:
         response["node_endpoints"] = ctx.node_endpoints(moved)
+    if throttle:
+        ctx.respond(request, response, throttle_ms=throttle, client_throttles=request.version >= CLIENT_THROTTLE_VERSION)
+        return DEFERRED
     return response
 
 
@@ -96,6 +113,10 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
     if error:
         return _result(index, error)
     assert p is not None
+    if acks == ALL_ACKS:  # as Kafka's Partition.appendRecordsToLeader: before anything is appended
+        too_few = ctx.state.not_enough_replicas(p)
+        if too_few:
+            return _result(index, NotEnoughReplicasError.code, message=too_few)
     if not data:
         return _result(index, InvalidRecordError.code, message="the partition data holds no record batch")
     try:
@@ -107,10 +128,10 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
         return _result(index, InvalidRecordError.code,
                        message="Produce v3+ must carry exactly one record batch per partition "
                                f"(batch of {header.size} bytes, {len(data) - header.size} bytes after it)")
-    if header.size > ctx.config.max_message_bytes:
-        return _result(index, MessageTooLargeError.code,
-                       message=f"batch of {header.size} bytes exceeds max_message_bytes "
-                               f"{ctx.config.max_message_bytes}")
+    limit, topic_config = ctx.max_message_bytes(topic)
+    if header.size > limit:  # a topic's max.message.bytes: no message, as Apache Kafka; the mock's own limit: a hint
+        return _result(index, MessageTooLargeError.code, message=None if topic_config else
+                       f"batch of {header.size} bytes exceeds max_message_bytes {limit}")
     if crc32c(memoryview(data)[CRC_COVERAGE_OFFSET:]) != header.crc:
         return _result(index, CorruptMessageError.code, message="record batch CRC mismatch")
     if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:

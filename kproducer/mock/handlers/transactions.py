@@ -14,6 +14,12 @@ from ...protocol.errors import (
     OperationNotAttemptedError,
     UnknownMemberIdError,
 )
+from ..acl import (
+    add_partitions_refusal,
+    init_producer_id_refusal,
+    transaction_refusal,
+    txn_offset_commit_refusals,
+)
 from ..context import BrokerContext
 from ..request_channel import Request
 from ..results import Body, Result
@@ -29,7 +35,8 @@ def handle_init_producer_id(ctx: BrokerContext, request: Request) -> Result:
     def answer(error: int, pid: int = -1, epoch: int = -1) -> Body:
         return {"throttle_time_ms": 0, "error_code": error, "producer_id": pid, "producer_epoch": epoch}
 
-    injected = ctx.faults.take_error("init_producer_id")
+    injected = ctx.faults.take_error("init_producer_id") or init_producer_id_refusal(ctx.state.authorizer, request,
+                                                                                       txn_id)
     if injected:
         return answer(injected)
     if txn_id is None:
@@ -50,8 +57,11 @@ def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> Result
     wanted: List[TopicPartition] = [(t["name"], p) for t in body["topics"] for p in t["partitions"]]
     injected = {tp: ctx.faults.take_error("add_partitions_to_txn") for tp in wanted}
     codes: Dict[TopicPartition, int]
+    refused = add_partitions_refusal(ctx.state.authorizer, request, body["transactional_id"], wanted)
     if any(injected.values()):
         codes = {tp: code or OperationNotAttemptedError.code for tp, code in injected.items()}
+    elif refused is not None:
+        codes = refused
     elif not ctx.is_coordinator(body["transactional_id"]):
         codes = {tp: NotCoordinatorError.code for tp in wanted}
     else:
@@ -70,7 +80,8 @@ def handle_add_partitions_to_txn(ctx: BrokerContext, request: Request) -> Result
 def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
-    error = ctx.faults.take_error("add_offsets_to_txn")
+    error = ctx.faults.take_error("add_offsets_to_txn") or transaction_refusal(
+        ctx.state.authorizer, request, body["transactional_id"], body["group_id"])
     if not error:
         if not ctx.is_coordinator(body["transactional_id"]):
             error = NotCoordinatorError.code
@@ -85,7 +96,8 @@ def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> Result:
 def handle_end_txn(ctx: BrokerContext, request: Request) -> Result:
     body = request.body
     assert body is not None
-    error = ctx.faults.take_error("end_txn")
+    error = ctx.faults.take_error("end_txn") or transaction_refusal(ctx.state.authorizer, request,
+                                                                     body["transactional_id"])
     if not error:
         if not ctx.is_coordinator(body["transactional_id"]):
             error = NotCoordinatorError.code
@@ -106,6 +118,8 @@ def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> Result:
             offsets[(t["name"], p["partition_index"])] = (p["committed_offset"], p["committed_metadata"])
     injected = {tp: ctx.faults.take_error("txn_offset_commit") for tp in offsets}
     codes: Dict[TopicPartition, int] = {tp: code for tp, code in injected.items() if code}
+    codes.update(txn_offset_commit_refusals(ctx.state.authorizer, request, body["transactional_id"],
+                                            body["group_id"], [tp for tp in offsets if tp not in codes]))
     rest = {tp: value for tp, value in offsets.items() if tp not in codes}
     if rest and not ctx.is_coordinator(body["group_id"]):
         codes.update({tp: NotCoordinatorError.code for tp in rest})

@@ -60,6 +60,7 @@ from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.batch import ProducerBatch
+from .producer.buffer_pool import BufferPool
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
@@ -87,6 +88,15 @@ _NEVER = 1 << 62  # (a size no record passes)
 _HOT_BOUND = RECORD_OVERHEAD + BOUND_EXTRA
 
 _tuple_new = tuple.__new__
+
+
+def _free_memory(pool: BufferPool) -> int:
+    """What ``pool`` can hand out without waiting: its unallocated memory and its free batch.size buffers
+    (``BufferPool.available_memory()``, read without the pool's lock: only other threads' appends could lower
+    it before the staged records are appended). Not ``pool._available`` alone: once buffer.memory was all in
+    batches, the memory comes back as free buffers and ``_available`` stays near 0, which kept every later
+    record off the staged path (a run of its own per record through the synchronous send())."""
+    return pool._available + len(pool._free) * pool.poolable_size
 
 
 class _BatchGroup:
@@ -650,10 +660,11 @@ class AsyncProducer:
                             need = self._hot.need
                     if run is not None:
                         pool = self._pool
-                        if not pool._waiters and pool._available >= need:
+                        free = _free_memory(pool)
+                        if not pool._waiters and free >= need:
                             self._hot.need = need
                             # (the hot path's memory bound until the end of this loop iteration)
-                            self._hot.limit = pool._available if self._system_clock else -1
+                            self._hot.limit = free if self._system_clock else -1
                             return self._stage_one(run, key, value)
         return await self._send_one(loop, topic, value, key, partition, timestamp_ms, headers)
 
@@ -683,7 +694,7 @@ class AsyncProducer:
         records of the topic for a given partition go to new runs (after this one)."""
         need += 2 * self._batch_size  # (its records may open batches on two partitions)
         pool = self._pool
-        if pool._waiters or pool._available < need:
+        if pool._waiters or _free_memory(pool) < need:
             return None
         staged = self._staged
         if staged:
@@ -715,7 +726,7 @@ class AsyncProducer:
             return run
         need += self._batch_size
         pool = self._pool
-        if pool._waiters or pool._available < need:
+        if pool._waiters or _free_memory(pool) < need:
             return None
         run = self._keyless_run
         if run is not None and run.topic is topic:
@@ -735,7 +746,7 @@ class AsyncProducer:
         count = self._metadata.cluster.partition_counts.get(topic)
         pool = self._pool
         if count is None or (partition is not None and type(partition) is int and partition >= count) \
-                or pool._waiters or (pool._available < self._max_record and not self._has_room(key, value, headers)):
+                or pool._waiters or (_free_memory(pool) < self._max_record and not self._has_room(key, value, headers)):
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(topic, partition, failed)
@@ -841,7 +852,11 @@ class AsyncProducer:
 
     def _has_room(self, key: Any, value: Any, headers: Any) -> bool:
         """Whether the buffer pool can give this record a new batch without waiting (as the accumulator
-        would size it: ``max(batch.size, the record's size)``)."""
+        would size it: ``max(batch.size, the record's size)``). For a record that send()'s staged path takes,
+        whether a new run of it fits (two batches and twice its bound, as in ``_keyless``): while the pool
+        refills after running out, send() waits until then, so that the records after it are staged again
+        instead of being admitted one at a time through the synchronous send() (each with a run of its own,
+        kept alive by its future). Not when that is over half of buffer.memory."""
         pool = self._pool
         need = self._batch_size
         if headers or self._serializing or not (value is None or type(value) is bytes) \
@@ -851,6 +866,11 @@ class AsyncProducer:
             if size > self._max_record:
                 return True  # send() refuses it at once (MessageTooLargeError), without asking the pool
             need = max(need, size)
+        elif self._plain:
+            run_need = 2 * (need + _RECORD_OVERHEAD + _BOUND_EXTRA + (0 if value is None else len(value))
+                            + (0 if key is None else len(key)))
+            if run_need <= pool.total_memory // 2:
+                need = run_need
         return pool.queued() == 0 and pool.available_memory() >= need
 
     def _record_size(self, key: Any, value: Any, headers: Any) -> int:

@@ -766,9 +766,14 @@ class ApacheKafka:
 
 
 def _cluster_id() -> str:
+    """A random cluster id in Kafka's form (a UUID in base64url). Never one that starts with '-', which the
+    storage tool's argument parser would read as an option (as Kafka's own ``Uuid.randomUuid()`` avoids)."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _write_private(path: str, text: str) -> None:

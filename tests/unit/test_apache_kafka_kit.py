@@ -122,3 +122,15 @@ def test_start_tries_new_ports_when_a_port_was_taken_and_only_then(monkeypatch: 
     with pytest.raises(ApacheKafkaError, match="OutOfMemoryError"):
         ApacheKafka().start()
     assert len(ports_seen) == 1
+
+
+def test_cluster_id_never_starts_with_a_dash(monkeypatch: Any) -> None:
+    """kafka-storage read an id starting with '-' (1 in 64) as an option and the start failed."""
+    import uuid
+
+    ids = iter([uuid.UUID(bytes=b"\xfb" + bytes(15)), uuid.UUID(bytes=bytes(16))])
+    monkeypatch.setattr(ak.uuid, "uuid4", lambda: next(ids))
+    first = ak._cluster_id()
+    assert first == "AAAAAAAAAAAAAAAAAAAAAA" and len(first) == 22
+    monkeypatch.undo()
+    assert all(not ak._cluster_id().startswith("-") for _ in range(500))

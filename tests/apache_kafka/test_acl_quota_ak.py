@@ -1,14 +1,11 @@
-"""Apache Kafka's authorizer and client quotas, which the MockCluster does not have (it authorizes
-everything and always answers throttle_time_ms=0): on the session's ``apache_kafka`` cluster
-(StandardAuthorizer on), bob without Write on a topic is refused at once with TopicAuthorizationFailedError,
-whether the refusal comes with the metadata (no ACL at all) or in the Produce response (Describe only), and
-the same producer delivers once the ACL is there; a producer_byte_rate quota for a client id makes the broker
-answer with throttle_time_ms, and kproducer sends that broker nothing until the throttle is over (KIP-219),
-reports it in produce-throttle-time-avg/max, and loses nothing."""
+"""Apache Kafka's authorizer on the session's ``apache_kafka`` cluster (StandardAuthorizer on): bob without
+Write on a topic is refused at once with TopicAuthorizationFailedError, whether the refusal comes with the
+metadata (no ACL at all) or in the Produce response (Describe only), and the same producer delivers once the ACL
+is there. (Quotas: tests/apache_kafka/test_mock_parity_produce_ak.py, on Apache Kafka and the mock; the
+MockCluster's ACLs: test_mock_parity_acl_ak.py.)"""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any, Callable
 
 import pytest
@@ -16,7 +13,6 @@ import pytest
 from kproducer import Producer
 from kproducer.errors import TopicAuthorizationFailedError
 from tests.readback import consume
-from tests.throttle_trace import ThrottleTrace
 
 pytestmark = pytest.mark.apache_kafka
 
@@ -67,46 +63,3 @@ def test_no_write_acl_is_refused_at_once_and_the_acl_makes_it_work(apache_kafka:
     got = consume(apache_kafka.bootstrap_servers, topic, [0, 1], expected=101)
     values = sorted(m.value for m in got)
     assert values == sorted([b"first"] + [b"v%d" % i for i in range(100)])  # no refused record was written
-
-
-def test_a_producer_byte_rate_quota_is_honoured_and_nothing_is_lost(apache_kafka: Any,
-                                                                     ak_topic: Callable[..., str]) -> None:
-    # one partition: the quota is per broker, so all the bytes go to one
-    topic = ak_topic(partitions=1)
-    client_id = f"kproducer-quota-{uuid.uuid4().hex[:8]}"
-    rate = 10 * 1024
-    apache_kafka.set_quota(client_id=client_id, producer_byte_rate=rate)
-    value = b"x" * 1000
-    sent = 0
-    with Producer(bootstrap_servers=apache_kafka.bootstrap_servers, client_id=client_id, linger_ms=50,
-                  batch_size=256 * 1024) as p:
-        trace = ThrottleTrace(p)
-        # bursts of ~50 KB until the broker throttles us: it measures over at least 10 one-second samples
-        # (quota.window.num=11), so it throttles once well over 10 s worth of the rate came in; bounded
-        deadline = time.monotonic() + 120
-        while not trace.throttles and sent < 600 and time.monotonic() < deadline:
-            futures = [p.send(topic, value, key=b"%d" % (sent + i)) for i in range(50)]
-            p.flush(120)
-            for f in futures:
-                f.get(0)
-            sent += 50
-        assert trace.throttles, f"no throttle_time_ms from the broker after {sent} KB"
-        # what comes after the throttle waits for its end: one more burst
-        futures = [p.send(topic, value, key=b"%d" % (sent + i)) for i in range(50)]
-        p.flush(120)
-        for f in futures:
-            f.get(0)
-        sent += 50
-        metrics = p.metrics()
-        throttles = list(trace.throttles)
-        early = trace.early_sends()
-    assert metrics["produce-throttle-time-max"] > 0
-    assert metrics["produce-throttle-time-max"] == max(ms for _t, _n, ms in throttles)
-    assert metrics["produce-throttle-time-avg"] > 0
-    assert not early, f"requests sent while throttled (sent_ms, node, api, throttle end): {early[:5]}"
-    # the burst after the throttle was sent only once the throttle was over
-    start, node, ms = throttles[0]
-    later = [t for t, n, api in trace.sends if n == node and api == "Produce" and t > start]
-    assert later and min(later) >= start + ms - 1
-    got = consume(apache_kafka.bootstrap_servers, topic, [0], expected=sent)
-    assert sorted(int(m.key) for m in got) == list(range(sent))

@@ -251,6 +251,7 @@ def test_a_producer_byte_rate_quota_is_honoured_and_nothing_is_lost(quota_cluste
         early = trace.early_sends()
     assert metrics["produce-throttle-time-max"] > 0
     assert metrics["produce-throttle-time-max"] == max(ms for _t, _n, ms in throttles)
+    assert metrics["produce-throttle-time-avg"] > 0
     assert not early, f"requests sent while throttled (sent_ms, node, api, throttle end): {early[:5]}"
     start, node, ms = throttles[0]
     later = [t for t, n, api in trace.sends if n == node and api == "Produce" and t > start]

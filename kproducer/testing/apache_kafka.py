@@ -235,7 +235,9 @@ class ApacheKafka:
     brokers themselves and :meth:`create_topic`) and ``admin`` are super users, anyone else needs ACLs
     (:meth:`add_acl`). ``ssl_client_auth``: ``"none"``, ``"requested"`` or ``"required"`` on the SSL
     listeners (mutual TLS: :meth:`client_certificate`). ``broker_config``: more broker settings, or
-    replacements of ours (e.g. ``{"connections.max.reauth.ms": "5000"}``). ``version``: the Apache Kafka
+    replacements of ours (e.g. ``{"connections.max.reauth.ms": "5000"}``); ``controller_config`` the same for
+    the controller (e.g. ``{"broker.session.timeout.ms": "3000"}``: how long a killed broker stays leader of
+    its partitions, 9 s by default). ``version``: the Apache Kafka
     version to resolve with Maven (ignored with ``KAFKA_HOME``). ``heap``: each JVM's ``-Xmx``.
 
     Use it as a context manager (or :meth:`start` / :meth:`close`). ``kill``, ``stop`` and ``restart`` take a
@@ -246,6 +248,7 @@ class ApacheKafka:
     def __init__(self, brokers: int = 1, listeners: Sequence[str] = ("PLAINTEXT",), *,
                  users: Optional[Mapping[str, str]] = None, authorizer: bool = False,
                  ssl_client_auth: str = "none", broker_config: Optional[Mapping[str, str]] = None,
+                 controller_config: Optional[Mapping[str, str]] = None,
                  version: Optional[str] = None, heap: str = "768m", start_timeout: float = 180.0,
                  keep_directory: bool = False) -> None:
         if brokers < 1:
@@ -262,6 +265,7 @@ class ApacheKafka:
         self.authorizer = authorizer
         self.ssl_client_auth = ssl_client_auth
         self.broker_config = dict(broker_config or {})
+        self.controller_config = dict(controller_config or {})
         self._asked_version = version
         self.heap = heap
         self.start_timeout = start_timeout
@@ -673,6 +677,7 @@ class ApacheKafka:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
             "log.dirs": os.path.join(cdir, "data"),
         })
+        self._controller.properties.update({k: str(v) for k, v in self.controller_config.items()})
         rf = str(min(3, self.broker_count))
         for b in range(1, self.broker_count + 1):
             bdir = os.path.join(self.directory, f"broker-{b}")

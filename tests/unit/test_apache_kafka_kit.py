@@ -73,13 +73,17 @@ def test_configuration_of_every_listener_and_user(tmp_path: Any) -> None:
     """The files a start writes: each broker serves every listener, PLAIN knows every user, the CA signed the
     brokers' keystore, the admin user is always there, and no password sits in a world-readable file."""
     kafka = ApacheKafka(brokers=2, listeners=("SASL_SSL", "PLAINTEXT", "SSL"), users={"alice": 'a"b'},
-                        authorizer=True, broker_config={"connections.max.reauth.ms": "5000"})
+                        authorizer=True, broker_config={"connections.max.reauth.ms": "5000"},
+                        controller_config={"broker.session.timeout.ms": "3000"})
     kafka.directory = str(tmp_path)
     kafka._configure()
     assert kafka.listeners == ("PLAINTEXT", "SSL", "SASL_SSL")
     props = kafka._brokers[2].properties
     assert props["listeners"].count("127.0.0.1") == 3 and props["node.id"] == "2"
-    assert props["connections.max.reauth.ms"] == "5000"
+    assert props["connections.max.reauth.ms"] == "5000" and "broker.session.timeout.ms" not in props
+    assert kafka._controller is not None
+    assert kafka._controller.properties["broker.session.timeout.ms"] == "3000"
+    assert "connections.max.reauth.ms" not in kafka._controller.properties
     assert props["authorizer.class.name"].endswith("StandardAuthorizer")
     jaas = props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
     assert 'user_admin="admin-secret"' in jaas and 'user_alice="a\\"b"' in jaas

@@ -871,7 +871,7 @@ class JavaKit:
     source, in a temporary directory (close() removes it)."""
 
     def __init__(self, cluster: Any) -> None:
-        from kproducer.testing.apache_kafka import java_binary
+        from kproducer.testing.apache_kafka import TOOLS_LOG4J2, java_binary
 
         self.java = java_binary()
         self.class_path: str = cluster.class_path
@@ -879,10 +879,7 @@ class JavaKit:
         self.directory = tempfile.mkdtemp(prefix="compare-java-")
         self.log4j = os.path.join(self.directory, "log4j2.properties")
         with open(self.log4j, "w", encoding="ascii") as f:
-            f.write("status = warn\nappender.err.type = Console\nappender.err.name = err\n"
-                    "appender.err.target = SYSTEM_ERR\nappender.err.layout.type = PatternLayout\n"
-                    "appender.err.layout.pattern = %p %m%n\nrootLogger.level = WARN\n"
-                    "rootLogger.appenderRef.err.ref = err\n")
+            f.write(TOOLS_LOG4J2)
         self.launcher = os.path.join(self.directory, "KproducerWarmPerf.java")
         with open(self.launcher, "w", encoding="ascii") as f:
             f.write(WARM_LAUNCHER)

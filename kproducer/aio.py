@@ -60,7 +60,6 @@ from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
 from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
 from .producer.batch import ProducerBatch
-from .producer.buffer_pool import BufferPool
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
@@ -88,15 +87,6 @@ _NEVER = 1 << 62  # (a size no record passes)
 _HOT_BOUND = RECORD_OVERHEAD + BOUND_EXTRA
 
 _tuple_new = tuple.__new__
-
-
-def _free_memory(pool: BufferPool) -> int:
-    """What ``pool`` can hand out without waiting: its unallocated memory and its free batch.size buffers
-    (``BufferPool.available_memory()``, read without the pool's lock: only other threads' appends could lower
-    it before the staged records are appended). Not ``pool._available`` alone: once buffer.memory was all in
-    batches, the memory comes back as free buffers and ``_available`` stays near 0, which kept every later
-    record off the staged path (a run of its own per record through the synchronous send())."""
-    return pool._available + len(pool._free) * pool.poolable_size
 
 
 class _BatchGroup:
@@ -660,7 +650,10 @@ class AsyncProducer:
                             need = self._hot.need
                     if run is not None:
                         pool = self._pool
-                        free = _free_memory(pool)
+                        # (free buffers included: once buffer.memory was all in batches, the memory comes back
+                        # as free buffers, and the unallocated part alone would keep every later record off the
+                        # staged path, each in a run of its own through the synchronous send())
+                        free = pool.available_memory_unlocked()
                         if not pool._waiters and free >= need:
                             self._hot.need = need
                             # (the hot path's memory bound until the end of this loop iteration)
@@ -694,7 +687,7 @@ class AsyncProducer:
         records of the topic for a given partition go to new runs (after this one)."""
         need += 2 * self._batch_size  # (its records may open batches on two partitions)
         pool = self._pool
-        if pool._waiters or _free_memory(pool) < need:
+        if pool._waiters or pool.available_memory_unlocked() < need:
             return None
         staged = self._staged
         if staged:
@@ -726,7 +719,7 @@ class AsyncProducer:
             return run
         need += self._batch_size
         pool = self._pool
-        if pool._waiters or _free_memory(pool) < need:
+        if pool._waiters or pool.available_memory_unlocked() < need:
             return None
         run = self._keyless_run
         if run is not None and run.topic is topic:
@@ -746,7 +739,7 @@ class AsyncProducer:
         count = self._metadata.cluster.partition_counts.get(topic)
         pool = self._pool
         if count is None or (partition is not None and type(partition) is int and partition >= count) \
-                or pool._waiters or (_free_memory(pool) < self._max_record and not self._has_room(key, value, headers)):
+                or pool._waiters or (pool.available_memory_unlocked() < self._max_record and not self._has_room(key, value, headers)):
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(topic, partition, failed)

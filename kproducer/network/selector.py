@@ -432,28 +432,17 @@ class Selector:
                 if not ch.received_any:
                     self._fail_channel(ch, SslAuthenticationError(
                         f"TLS connection to broker {ch.peer} (node {ch.node_id}) failed: {_ssl_reason(e)}"))
-                elif delivered:
-                    self._close_after_receives(ch, f"TLS read failed: {_ssl_reason(e)}")
                 else:
-                    self._close_channel(ch, f"TLS read failed: {_ssl_reason(e)}")
+                    self._read_ended(ch, f"TLS read failed: {_ssl_reason(e)}", delivered, self._close_channel)
                 return
             except ConnectionResetError as e:
-                if delivered:
-                    self._close_after_receives(ch, f"read failed: {e}")
-                else:
-                    self._closed_by_peer(ch, f"read failed: {e}")
+                self._read_ended(ch, f"read failed: {e}", delivered, self._closed_by_peer)
                 return
             except OSError as e:
-                if delivered:
-                    self._close_after_receives(ch, f"read failed: {e}")
-                else:
-                    self._close_channel(ch, f"read failed: {e}")
+                self._read_ended(ch, f"read failed: {e}", delivered, self._close_channel)
                 return
             if not n:
-                if delivered:
-                    self._close_after_receives(ch, "connection closed by the broker")
-                else:
-                    self._closed_by_peer(ch, "connection closed by the broker")
+                self._read_ended(ch, "connection closed by the broker", delivered, self._closed_by_peer)
                 return
             data = into[:n]  # (the reader copies what it keeps: the buffer is read into again)
             if not ch.received_any:
@@ -476,6 +465,15 @@ class Selector:
             # until the socket says it would block
             if not tls and n < _READ_CHUNK:
                 return
+
+    def _read_ended(self, ch: KafkaChannel, reason: str, delivered: bool,
+                    close: Callable[[KafkaChannel, str], None]) -> None:
+        """The connection broke or was closed by the peer while reading: ``close`` it now, or, when this read
+        already reported frames of it (``delivered``), at the next poll (:meth:`_close_after_receives`)."""
+        if delivered:
+            self._close_after_receives(ch, reason)
+        else:
+            close(ch, reason)
 
     def _close_after_receives(self, ch: KafkaChannel, reason: str) -> None:
         """The peer closed (or broke) a connection right after frames this poll reports (a TLS read goes on

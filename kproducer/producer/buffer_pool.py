@@ -120,7 +120,7 @@ class BufferPool:
                 if size == self.poolable_size and self._free:
                     buf = self._free.pop()
                     return buf if want_buffer else None
-                if self._available + len(self._free) * self.poolable_size >= size:
+                if self.available_memory_unlocked() >= size:
                     self._free_up(size)
                     self._available -= size
                     return None
@@ -139,7 +139,7 @@ class BufferPool:
                         if waiter.collected == 0 and size == self.poolable_size and self._free:
                             buf = self._free.pop()
                             return buf if want_buffer else None
-                        free = self._available + len(self._free) * self.poolable_size
+                        free = self.available_memory_unlocked()
                         if free > 0:
                             got = min(free, size - waiter.collected)
                             self._free_up(got)
@@ -177,7 +177,7 @@ class BufferPool:
             return True
         with self._lock:
             if (self._closed or self._waiters
-                    or self._available + len(self._free) * self.poolable_size < size):
+                    or self.available_memory_unlocked() < size):
                 return False
             self._free_up(size)
             self._available -= size
@@ -252,7 +252,12 @@ class BufferPool:
     def available_memory(self) -> int:
         """Memory not reserved by a batch (free buffers included), as Java's ``availableMemory()``."""
         with self._lock:
-            return self._available + len(self._free) * self.poolable_size
+            return self.available_memory_unlocked()
+
+    def available_memory_unlocked(self) -> int:
+        """:meth:`available_memory` without taking the lock: under it, or as a snapshot that other threads may
+        change at once (the asyncio producer's staging checks, which only other threads' appends can lower)."""
+        return self._available + len(self._free) * self.poolable_size
 
     def unallocated_memory(self) -> int:
         """Memory in neither a batch nor a free buffer (Java's ``unallocatedMemory()``)."""

@@ -174,11 +174,21 @@ def _quote(value: str) -> str:
 
 
 def _props(settings: Mapping[str, str]) -> str:
-    lines = []
-    for k, v in settings.items():
-        lines.append(f"{k}={v}".replace("\\", "\\\\") if "\\" in v else f"{k}={v}")
-    return "\n".join(lines) + "\n"
+    """A Java ``.properties`` file's text (a backslash is written doubled)."""
+    return "".join(f"{k}={v}\n".replace("\\", "\\\\") for k, v in settings.items())
 
+
+#: log4j2 configuration of Kafka's command-line tools: warnings and errors only, on standard error
+TOOLS_LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
 
 _LOG4J2 = """\
 status = warn
@@ -552,16 +562,13 @@ class ApacheKafka:
                 if node is not None and node.proc is not None and node.proc.poll() is not None:
                     raise ApacheKafkaError(f"node {node.node_id} exited with {node.proc.returncode}\n"
                                            f"{self.log_tail(node.node_id)}")
-            for b in sorted(wanted):
-                try:
-                    md = self.metadata([], broker_id=b)
-                    listed = {br["node_id"] for br in md["brokers"]}
-                    last = listed
-                    if wanted <= listed:
-                        return
-                except OSError as e:
-                    last = e
-                break
+            try:
+                md = self.metadata([], broker_id=min(wanted))
+                last = {br["node_id"] for br in md["brokers"]}
+                if wanted <= last:
+                    return
+            except OSError as e:
+                last = e
             if time.monotonic() > deadline:
                 raise ApacheKafkaError(f"brokers {sorted(wanted)} were not all up after {timeout:.0f} s (last "
                                        f"seen: {last})\n" + "\n".join(self.log_tail(b) for b in sorted(wanted)))
@@ -571,15 +578,19 @@ class ApacheKafka:
                  ) -> "subprocess.CompletedProcess[str]":
         """Run one of Kafka's command-line tools (``main_class``, e.g. ``org.apache.kafka.tools.AclCommand``)
         with the cluster's jars; returns the finished process (output as text)."""
-        cmd = [java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-               f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2-tools.properties')}",
-               "-cp", self.class_path, main_class, *args]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.run(self._tool_command(main_class, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise ApacheKafkaError(f"{main_class} {' '.join(args)} exited with {proc.returncode}:\n"
                                    f"{proc.stdout[-3000:]}")
         return proc
+
+    def _tool_command(self, main_class: str, *args: str) -> List[str]:
+        """The command line of a short JVM run of one of Kafka's tools: a small heap, the quick JIT tier, warnings
+        only."""
+        return [java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2-tools.properties')}",
+                "-cp", self.class_path, main_class, *args]
 
     def add_acl(self, principal: str, operation: str, *, topic: Optional[str] = None,
                 group: Optional[str] = None, transactional_id: Optional[str] = None, cluster: bool = False,
@@ -640,9 +651,7 @@ class ApacheKafka:
             for listener in self.listeners:
                 self._ports[(b, listener)] = free_port()
         with open(os.path.join(self.directory, "log4j2-tools.properties"), "w", encoding="ascii") as f:
-            f.write("status = warn\nappender.err.type = Console\nappender.err.name = err\nappender.err.target = "
-                    "SYSTEM_ERR\nappender.err.layout.type = PatternLayout\nappender.err.layout.pattern = %p %m%n\n"
-                    "rootLogger.level = WARN\nrootLogger.appenderRef.err.ref = err\n")
+            f.write(TOOLS_LOG4J2)
         with open(os.path.join(self.directory, "log4j2.properties"), "w", encoding="ascii") as f:
             f.write(_LOG4J2)
         tls = any("SSL" in n for n in self.listeners)
@@ -744,10 +753,7 @@ class ApacheKafka:
             args = ["format", "-t", self.cluster_id, "-c", node.config_path, "--ignore-formatted"]
             if node is self._controller:
                 args += scram
-            cmd = [java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-                   f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2-tools.properties')}",
-                   "-cp", self.class_path, "kafka.tools.StorageTool", *args]
-            procs.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+            procs.append((node, subprocess.Popen(self._tool_command("kafka.tools.StorageTool", *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         for node, proc in procs:
             out, _ = proc.communicate(timeout=180)
             if proc.returncode != 0:
@@ -787,5 +793,5 @@ def _write_private(path: str, text: str) -> None:
         f.write(text)
 
 
-__all__ = ["ADMIN_USER", "ApacheKafka", "ApacheKafkaError", "ApacheKafkaUnavailable", "DEFAULT_VERSION",
+__all__ = ["ADMIN_USER", "TOOLS_LOG4J2", "ApacheKafka", "ApacheKafkaError", "ApacheKafkaUnavailable", "DEFAULT_VERSION",
            "LISTENERS", "PartitionState", "SASL_MECHANISMS", "free_port", "java_binary", "kafka_libs"]

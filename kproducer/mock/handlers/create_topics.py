@@ -7,7 +7,6 @@ from typing import List, Optional
 from ...protocol.errors import (
     NO_ERROR,
     InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
     InvalidRequestError,
 )
 from ..context import BrokerContext
@@ -54,12 +53,10 @@ def _create_topic(ctx: BrokerContext, t: Body, validate_only: bool, injected: Op
         else:
             if num == UNSET:
                 num = ctx.config.default_partitions
-            if rf != UNSET and not 1 <= rf <= n_brokers:
-                raise TopicError(InvalidReplicationFactorError.code,
-                                 f"replication factor {rf} is not between 1 and {n_brokers}")
         configs = {c["name"]: c["value"] for c in t["configs"]}
-        topic = ctx.state.create_topic(name, num, leaders, configs, validate_only,
-                                       replication_factor=None if leaders is not None or rf == UNSET else rf)
+        # (ClusterState.create_topic checks the replication factor: 1 to the number of brokers)
+        given_rf = None if leaders is not None or rf == UNSET else rf
+        topic = ctx.state.create_topic(name, num, leaders, configs, validate_only, replication_factor=given_rf)
     except TopicError as e:
         result["error_code"] = e.code
         result["error_message"] = e.message
@@ -68,5 +65,5 @@ def _create_topic(ctx: BrokerContext, t: Body, validate_only: bool, injected: Op
         result["topic_id"] = topic.topic_id
         log.info("created topic %r with %d partitions", name, num)
     result["num_partitions"] = num
-    result["replication_factor"] = n_brokers if leaders is not None or rf == UNSET else rf
+    result["replication_factor"] = n_brokers if given_rf is None else given_rf
     return result

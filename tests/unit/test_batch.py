@@ -270,3 +270,33 @@ def test_closing_a_batch_trims_its_buffer_and_keeps_its_bytes() -> None:
     parts = b.request_records()
     assert isinstance(parts, tuple) and b"".join(parts) == before
     assert b.records() == before
+
+
+def test_batch_send_future_counts_a_completed_batch_while_its_callbacks_run() -> None:
+    """done() said True but get(0) raised KafkaTimeoutError while the batch's callbacks were still running on the
+    network thread (the asyncio producer resolves send_batch() from such a callback: a race seen against Apache
+    Kafka on a busy machine). get() counts a completed batch as FutureRecordMetadata.get does."""
+    from kproducer.producer.future import BatchSendFuture
+
+    b = new_batch()
+    f0 = b.try_append(111, b"k", b"v", None, None, 1001.0)
+    assert f0 is not None
+    result = BatchSendFuture("t", 1, [(b, 0, 1, [0])], 1001)
+    in_callback, release = threading.Event(), threading.Event()
+    seen: List[Any] = []
+
+    def callback(md: Any, exc: Any) -> None:
+        in_callback.set()
+        release.wait(30)
+
+    assert b.add_thunk(callback, f0)
+    t = threading.Thread(target=b.done, args=(500, -1, None))
+    t.start()
+    try:
+        assert in_callback.wait(30)
+        assert result.done()
+        seen = result.get(0)
+    finally:
+        release.set()
+        t.join(30)
+    assert [(m.partition, m.offset) for m in seen] == [(3, 500)]

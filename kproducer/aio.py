@@ -34,6 +34,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import sys
 from bisect import bisect_right as _bisect
 from collections import deque
 from functools import partial
@@ -58,10 +59,10 @@ from typing import (
 
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
-from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, key_hash_miss
+from .producer.admission import BOUND_EXTRA, MAX_TIMESTAMP, RECORD_OVERHEAD, key_hash_miss
 from .producer.batch import ProducerBatch
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend
+from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend, on_network_thread
 from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
 from .protocol.accel import speedups
 from .protocol.records import RecordBatchBuilder
@@ -183,6 +184,25 @@ def _compiled_send(fn: Any) -> Any:
     return method
 
 
+#: the code of asyncio.wait_for (see RecordFuture._asyncio_future_blocking)
+_WAIT_FOR_CODE: Any = getattr(getattr(asyncio.tasks, "wait_for", None), "__code__", None)
+
+
+def _called_by_wait_for() -> bool:
+    """Whether asyncio.wait_for is asking (through ensure_future and isfuture) whether its argument is a future."""
+    try:
+        frame: Any = sys._getframe(2)  # (0: here, 1: the property, 2: isfuture, then ensure_future's frames)
+    except ValueError:  # (a stack not that deep: not asyncio asking)
+        return False
+    for _ in range(5):
+        if frame is None:
+            return False
+        if frame.f_code is _WAIT_FOR_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
 #: the compiled base of RecordFuture (its slots and a compiled ``await`` of a done record), when built
 _CFuture: Any = getattr(speedups, "AioFuture", None) if speedups is not None else None
 if TYPE_CHECKING:
@@ -214,9 +234,16 @@ class RecordFuture(_RecordFutureBase):
     # (with the accelerator, the slots ``_run`` and ``_i`` and ``__await__``/``__iter__`` are the compiled
     # base's: it computes a done record's metadata itself and calls _await() for everything else)
     __slots__ = ("_run", "_i") if _CFuture is None else ()  # type: ignore[assignment]
-    #: asyncio's mark of a future-like object (``asyncio.isfuture``); never True: a waiting task waits on a
-    #: future of its own, so a task's cancellation never cancels the record's future
-    _asyncio_future_blocking = False
+    @property
+    def _asyncio_future_blocking(self) -> Optional[bool]:
+        """asyncio's mark of a future-like object (``asyncio.isfuture``): False, never True (a waiting task
+        waits on a future of its own, so a task's cancellation never cancels the record's future). None (not
+        future-like) to ``asyncio.wait_for`` while the record is pending: it then awaits the record in a Task
+        of its own and, when time is up, cancels that Task, not the record's future (before Python 3.12
+        wait_for cancels the future it was given; docs/asyncio.md)."""
+        if _WAIT_FOR_CODE is not None and _called_by_wait_for() and not self.done():
+            return None
+        return False
 
     def __init__(self, run: _Run, index: int) -> None:
         self._run = run
@@ -628,7 +655,7 @@ class AsyncProducer:
             if count is not None and not p._closed and p._sender.fatal_error is None:
                 if timestamp_ms is None:
                     ts = int(_wall() * 1000) if self._system_clock else p._wall_ms()
-                elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP:
                     ts = timestamp_ms
                 else:
                     ts = -1  # (a bad timestamp: the synchronous send() says what is wrong with it)
@@ -814,7 +841,8 @@ class AsyncProducer:
                 elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):
                     wake = True
             except Exception as e:  # closed meanwhile (or out of memory after all): the rest fail
-                failed = e
+                # (with why the producer closed when its network thread died)
+                failed = p._sender.died_error or e
             segs: List[Tuple[int, int, int, _BatchSlot]] = []
             for batch, first, cnt, idxs in segments:
                 slot = slots.get(batch)
@@ -1176,6 +1204,10 @@ class _FirstRecord:
         try:
             callback(None, None)
         except Exception:
+            log.exception("an asyncio completion hook raised")
+        except BaseException:  # noqa: B902 - as FutureRecordMetadata.fire: the network thread carries on
+            if not on_network_thread():
+                raise
             log.exception("an asyncio completion hook raised")
 
 

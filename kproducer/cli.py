@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import threading
 from typing import IO, Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -109,7 +110,13 @@ def parse_properties(text: str, source: str = "properties") -> Dict[str, str]:
     or ``key value``; ``#`` and ``!`` comment lines; a backslash at the end of a line continues it; ``\\``
     escapes (``\\t``, ``\\n``, ``\\uXXXX``, ``\\=``, ``\\:``, ``\\ `` ...). A later key wins. Error messages name
     the line, never its text (it may hold a password)."""
-    out: Dict[str, str] = {}
+    return {key: value for _lineno, key, value in property_lines(text, source)}
+
+
+def property_lines(text: str, source: str = "properties") -> List[Tuple[int, str, str]]:
+    """(line number, key, value) of each property of a ``.properties`` text, in order (see
+    :func:`parse_properties`)."""
+    out: List[Tuple[int, str, str]] = []
     for lineno, line in _logical_lines(text):
         # the key ends at the first unescaped '=', ':' or white space
         i = 0
@@ -126,13 +133,18 @@ def parse_properties(text: str, source: str = "properties") -> Dict[str, str]:
         if rest[:1] in ("=", ":"):
             rest = rest[1:].lstrip(" \t\f")
         where = f"{source}:{lineno}"
-        out[_unescape(key_raw, where)] = _unescape(rest, where)
+        out.append((lineno, _unescape(key_raw, where), _unescape(rest, where)))
     return out
 
 
 def read_properties(path: str) -> Dict[str, str]:
     """A Java-style ``.properties`` file (see :func:`parse_properties`), read as UTF-8 (Latin-1, Java's
     encoding, when the file is not valid UTF-8)."""
+    return {key: value for _lineno, key, value in read_property_lines(path)}
+
+
+def read_property_lines(path: str) -> List[Tuple[int, str, str]]:
+    """(line number, key, value) of each property of a ``.properties`` file (see :func:`read_properties`)."""
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -141,7 +153,7 @@ def read_properties(path: str) -> Dict[str, str]:
         text = data.decode("latin-1")
     if text.startswith("\ufeff"):
         text = text[1:]
-    return parse_properties(text, path)
+    return property_lines(text, path)
 
 
 def _add_common(p: argparse.ArgumentParser, bootstrap_help: str) -> None:
@@ -225,14 +237,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _merge(settings: Dict[str, Any], spelled: Dict[str, str], items: Iterable[Tuple[str, Any]], where: str) -> None:
-    """Add ``items`` (name, value) to ``settings`` by Java name. Within one source a name given again
-    wins; two spellings of one setting with different values are an error naming both."""
-    from .config import Password, canonical_item, is_secret, reveal
+#: what a setting name looks like (Java's dotted names, the Python aliases, librdkafka's and kafka-python's names):
+#: lower case words joined by '.' or '_'
+_SETTING_NAME = re.compile(r"[a-z][a-z0-9]*(?:[._][a-z0-9]+)+")
+
+
+def _canonical(name: str, value: Any, location: str) -> Tuple[str, Any]:
+    """:func:`~kproducer.config.canonical_item`, with the location in its error. An unknown name is only shown
+    when it looks like a setting name and has a value: a line or argument holding nothing but a secret (a pasted
+    password, a continuation line of sasl.jaas.config that lost its backslash) is never echoed."""
+    from .config import canonical_item
+
+    try:
+        return canonical_item(name, value)
+    except ConfigError as e:
+        if _SETTING_NAME.fullmatch(name) and value != "":
+            raise ConfigError(f"{location}: {e}") from None
+        raise ConfigError(f"{location}: not a 'name=value' producer setting (the text is not shown: it may hold "
+                          "a secret; a value that goes on over several lines needs a backslash at the end of "
+                          "each line but the last)") from None
+
+
+def _merge(settings: Dict[str, Any], spelled: Dict[str, str], items: Iterable[Tuple[str, Any, str]],
+           where: str) -> None:
+    """Add ``items`` (name, value, location) to ``settings`` by Java name. Within one source a name given
+    again wins; two spellings of one setting with different values are an error naming both."""
+    from .config import Password, is_secret, reveal
 
     seen: Dict[str, Tuple[str, Any]] = {}
-    for name, value in items:
-        java, value = canonical_item(name, value)
+    for name, value, location in items:
+        java, value = _canonical(name, value, location)
         if is_secret(java) and isinstance(value, str):
             value = Password(value)  # printed as [hidden] wherever the settings end up
         prior = seen.get(java)
@@ -252,11 +286,12 @@ def _settings(args: argparse.Namespace) -> Dict[str, Any]:
     spelled: Dict[str, str] = {}
     if args.producer_config:
         try:
-            props = read_properties(args.producer_config)
+            props = read_property_lines(args.producer_config)
         except OSError as e:
             raise ConfigError(f"cannot read --command-config {args.producer_config}: {e.strerror}") from None
-        _merge(settings, spelled, props.items(), args.producer_config)
-    _merge(settings, spelled, args.producer_props, "-X")
+        _merge(settings, spelled, ((k, v, f"{args.producer_config}:{n}") for n, k, v in props),
+               args.producer_config)
+    _merge(settings, spelled, ((k, v, "-X") for k, v in args.producer_props), "-X")
     return settings
 
 
@@ -498,4 +533,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return EXIT_USAGE
 
 
-__all__ = ["build_parser", "cmd_perf", "cmd_produce", "key_value", "main", "parse_properties", "read_properties"]
+__all__ = ["build_parser", "cmd_perf", "cmd_produce", "key_value", "main", "parse_properties", "property_lines",
+           "read_properties", "read_property_lines"]

@@ -23,6 +23,8 @@ from .serialization import check_serializer, instantiate, load_object
 if TYPE_CHECKING:
     import ssl  # imported at run time only when a TLS setting needs it
 
+    from .oauth import ClientCredentials
+
 log = logging.getLogger(__name__)
 
 _INT_MAX = 2147483647
@@ -80,9 +82,41 @@ class Password:
         return (Password, (self._value,))
 
 
+class HiddenObject:
+    """An object-valued setting that holds credentials (an OAUTHBEARER token provider) as
+    :meth:`ProducerConfig.as_dict` gives it: ``repr()`` and ``str()`` name its type only, never its own
+    ``repr`` (a ``functools.partial`` or a dataclass shows the client secret it holds); :attr:`value` is the
+    object itself."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"<{type(self._value).__name__} {HIDDEN}>"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, HiddenObject):
+            return self._value is other._value or bool(self._value == other._value)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return id(self._value)
+
+
 def reveal(value: Any) -> Any:
-    """The secret inside a :class:`Password`; other values as they are."""
-    return value.value if isinstance(value, Password) else value
+    """The secret inside a :class:`Password` (or a :class:`HiddenObject`); other values as they are."""
+    return value.value if isinstance(value, (Password, HiddenObject)) else value
 
 
 class _Setting:
@@ -94,8 +128,8 @@ class _Setting:
         default: Any,
         kind: str,
         doc: str,
-        lo: Optional[int] = None,
-        hi: Optional[int] = None,
+        lo: Optional[float] = None,
+        hi: Optional[float] = None,
         choices: Optional[Tuple[str, ...]] = None,
     ) -> None:
         self.java = java
@@ -129,7 +163,8 @@ _SETTINGS: List[_Setting] = [
     _Setting("buffer.memory", 33554432, "long", "bytes of memory for records waiting to be sent", 1),
     _Setting("max.block.ms", 60000, "long", "how long send() may block for metadata or memory", 0),
     _Setting("max.request.size", 1048576, "int", "largest produce request (and record) in bytes", 1),
-    _Setting("request.timeout.ms", 30000, "int", "how long to wait for a broker's answer", 0),
+    _Setting("request.timeout.ms", 30000, "int", "how long to wait for a broker's answer (at least 1: with 0, "
+             "Java's minimum, no request is answered in time)", 1),
     _Setting("delivery.timeout.ms", 120000, "int", "upper bound from send() to success or failure", 0),
     _Setting("retries", _INT_MAX, "int", "how many times a failed batch is retried", 0),
     _Setting("retry.backoff.ms", 100, "long", "first wait before retrying", 0),
@@ -139,7 +174,8 @@ _SETTINGS: List[_Setting] = [
     _Setting("max.in.flight.requests.per.connection", 5, "int", "unacknowledged requests per broker", 1),
     _Setting("metadata.max.age.ms", 300000, "long", "refresh metadata at least this often", 0),
     _Setting("metadata.max.idle.ms", 300000, "long", "forget a topic's metadata after this idle time", 5000),
-    _Setting("compression.type", "none", "compression", "none, gzip, snappy, lz4 or zstd"),
+    _Setting("compression.type", "none", "compression",
+             "none, gzip, snappy, lz4 or zstd (None: none, as kafka-python's compression_type=None)"),
     _Setting("compression.gzip.level", -1, "optint", "gzip level 1-9, or -1 for zlib's default (6)", -1, 9),
     _Setting("compression.lz4.level", 9, "optint", "lz4 level 1-17; 9 (the default) is the fast compressor, "
              "others LZ4-HC", 1, 17),
@@ -163,7 +199,8 @@ _SETTINGS: List[_Setting] = [
              "or their dotted class names (a list or a comma-separated string), called in order"),
     _Setting("connections.max.idle.ms", 540000, "long", "close connections idle this long", -1),
     _Setting("socket.connection.setup.timeout.ms", 10000, "long",
-             "time to establish a connection (doubled per consecutive failure, with jitter)", 0),
+             "time to establish a connection (doubled per consecutive failure, with jitter; at least 1: with 0, "
+             "which Java accepts, no connection is set up in time)", 1),
     _Setting("socket.connection.setup.timeout.max.ms", 30000, "long",
              "largest connection setup timeout after consecutive failures", 0),
     _Setting("client.dns.lookup", "use_all_dns_ips", "dnslookup",
@@ -197,7 +234,7 @@ _SETTINGS: List[_Setting] = [
     _Setting("ssl.cipher.suites", None, "optstr",
              "OpenSSL cipher list for TLS 1.2 and older (TLS 1.3 suites cannot be restricted in Python)"),
     _Setting("ssl.endpoint.identification.algorithm", "https", "endpoint",
-             "https: check the broker certificate's host name; empty: do not"),
+             "https: check the broker certificate's host name; empty (or None, as Java's null): do not"),
     _Setting("enable.ssl.certificate.verification", True, "bool",
              "false turns certificate verification off altogether (librdkafka's setting)"),
     _Setting("ssl.context", None, "sslcontext", "an ssl.SSLContext used as is (kafka-python's ssl_context)"),
@@ -211,6 +248,43 @@ _SETTINGS: List[_Setting] = [
              "OAUTHBEARER: callable returning (token, expiry_epoch_s) or a token, or an object with .token()"),
     _Setting("sasl.oauthbearer.extensions", None, "extensions",
              "OAUTHBEARER SASL extensions: 'key=value,key=value' or a mapping"),
+    # -- OAUTHBEARER with OAuth 2.0 client credentials (OIDC): kproducer.oauth, docs/security.md
+    _Setting("sasl.login.callback.handler.class", None, "loginhandler",
+             "Java's login callback handler: OAuthBearerLoginCallbackHandler fetches OAuth tokens from "
+             "sasl.oauthbearer.token.endpoint.url"),
+    _Setting("sasl.oauthbearer.method", None, "choice",
+             "librdkafka's: oidc fetches OAuth tokens from sasl.oauthbearer.token.endpoint.url; default does not",
+             choices=("DEFAULT", "OIDC")),
+    _Setting("sasl.oauthbearer.token.endpoint.url", None, "optstr",
+             "OAuth token endpoint (http or https) for the client credentials grant"),
+    _Setting("sasl.oauthbearer.client.credentials.client.id", None, "optstr",
+             "OAuth client id (or the JAAS option clientId)"),
+    _Setting("sasl.oauthbearer.client.credentials.client.secret", None, "secret",
+             "OAuth client secret (or the JAAS option clientSecret)"),
+    _Setting("sasl.oauthbearer.scope", None, "optstr", "OAuth scope asked for (or the JAAS option scope)"),
+    _Setting("sasl.oauthbearer.scope.claim.name", "scope", "str", "the token's claim that holds its scope"),
+    _Setting("sasl.oauthbearer.sub.claim.name", "sub", "str", "the token's claim that holds its principal"),
+    _Setting("sasl.oauthbearer.header.urlencode", False, "bool",
+             "URL-encode the client id and secret in the token request's basic auth (RFC 6749 2.3.1)"),
+    _Setting("sasl.login.connect.timeout.ms", None, "optint",
+             "connect timeout of a token request (unset: 10 s; Java waits without limit)", 1),
+    _Setting("sasl.login.read.timeout.ms", None, "optint",
+             "read timeout of a token request (unset: 10 s; Java waits without limit)", 1),
+    _Setting("sasl.login.retry.backoff.ms", 100, "long", "first wait between token request attempts", 0),
+    _Setting("sasl.login.retry.backoff.max.ms", 10000, "long",
+             "how long a token request is retried (the waits double up to it)", 0),
+    _Setting("sasl.login.refresh.window.factor", 0.8, "double",
+             "a token is refreshed at this fraction of its lifetime (plus jitter)", 0.5, 1.0),
+    _Setting("sasl.login.refresh.window.jitter", 0.05, "double",
+             "random fraction of the lifetime added to the refresh time", 0.0, 0.25),
+    _Setting("sasl.login.refresh.min.period.seconds", 60, "int",
+             "a token is not refreshed sooner than this after the last refresh", 0, 900),
+    _Setting("sasl.login.refresh.buffer.seconds", 300, "int",
+             "a token is refreshed at least this long before it expires", 0, 3600),
+    _Setting("https.ca.location", None, "optstr",
+             "CA certificates (PEM file or directory) for an https token endpoint (librdkafka's setting)"),
+    _Setting("https.ca.pem", None, "optstr",
+             "CA certificates as PEM text for an https token endpoint (librdkafka's setting)"),
     _Setting("allow.auto.create.topics", True, "bool", "let the broker create unknown topics on metadata requests"),
     # -- metrics (docs/metrics.md)
     _Setting("metrics.sample.window.ms", 30000, "long", "the window of one metrics sample (rates and averages)", 1),
@@ -219,6 +293,10 @@ _SETTINGS: List[_Setting] = [
              "call stats_cb with every metric (JSON) this often; 0: never (librdkafka's setting)", 0, 86400000),
     _Setting("stats_cb", None, "callable",
              "callable(json_str) called from the network thread every statistics.interval.ms "
+             "(confluent-kafka's setting)"),
+    _Setting("error_cb", None, "callable",
+             "callable(KafkaError) called from the network thread for errors that belong to no record: a broker "
+             "that cannot be reached (rate-limited), an authentication failure, a fatal producer error "
              "(confluent-kafka's setting)"),
 ]
 
@@ -291,6 +369,8 @@ _SPELLINGS: Dict[str, Tuple[str, Optional[Callable[[Any], Any]]]] = {
     "sasl.mechanisms": ("sasl.mechanism", None),
     "sasl_plain_username": ("sasl.username", None),
     "sasl_plain_password": ("sasl.password", None),
+    "sasl.oauthbearer.client.id": ("sasl.oauthbearer.client.credentials.client.id", None),
+    "sasl.oauthbearer.client.secret": ("sasl.oauthbearer.client.credentials.client.secret", None),
 }
 
 #: other clients' settings kproducer has no equivalent for: refused (an unknown name), with what to do instead
@@ -304,7 +384,6 @@ NO_EQUIVALENT: Dict[str, str] = {
     "api_version": "not needed: protocol versions are negotiated with each broker (ApiVersions); remove it",
     "api_version_auto_timeout_ms": "not needed: protocol versions are negotiated with each broker; remove it",
     "loop": "not needed: kproducer.aio.AsyncProducer uses the loop that first uses it",
-    "error_cb": "kproducer logs with the logging module (logger 'kproducer'); errors reach each record's callback",
     "log_cb": "kproducer logs with the logging module (logger 'kproducer'): add a handler there",
     "throttle_cb": "read produce-throttle-time-avg/-max from metrics(), or statistics.interval.ms with stats_cb",
     "debug": "use logging.getLogger('kproducer').setLevel(logging.DEBUG)",
@@ -330,6 +409,10 @@ _VALUE_MAPS: Dict[str, Callable[[Any], Any]] = {n: fn for n, (_, fn) in _SPELLIN
 _SSL_SETTINGS = frozenset(s.java for s in _SETTINGS if s.java.startswith("ssl.") or s.java ==
                           "enable.ssl.certificate.verification")
 _SASL_SETTINGS = frozenset(s.java for s in _SETTINGS if s.java.startswith("sasl."))
+#: the settings of OAUTHBEARER with OAuth client credentials that ask for it when given
+_OAUTH_SETTINGS = ("sasl.login.callback.handler.class", "sasl.oauthbearer.method",
+                   "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.credentials.client.id",
+                   "sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.scope")
 
 
 def canonical_name(name: str) -> str:
@@ -377,7 +460,8 @@ def _parse_int(s: _Setting, v: Any) -> int:
     except ValueError:
         raise ConfigError(f"{s.java} must be an integer, got {v!r}") from None
     if s.lo is not None and n < s.lo:
-        raise ConfigError(f"{s.java} must be at least {s.lo}, got {n}")
+        why = _BELOW_MINIMUM.get(s.java)
+        raise ConfigError(f"{s.java} must be at least {s.lo}, got {n}" + (f": {why}" if why else ""))
     if s.hi is not None and n > s.hi:
         raise ConfigError(f"{s.java} must be at most {s.hi}, got {n}")
     if s.kind == "long":
@@ -389,6 +473,16 @@ def _parse_int(s: _Setting, v: Any) -> int:
         # Java's GZIP level validator: 1..9, or -1 (Deflater.DEFAULT_COMPRESSION)
         raise ConfigError(f"{s.java} must be -1 (zlib's default) or 1-9, got 0")
     return n
+
+
+#: why a value below a setting's minimum is refused, where Java accepts it
+_BELOW_MINIMUM = {
+    "request.timeout.ms": "with 0 every request times out before its answer can arrive, so the producer never "
+                          "connects (Java accepts 0 and expires a request once a millisecond has passed)",
+    "socket.connection.setup.timeout.ms": "with 0 every connection attempt times out before it is set up, so the "
+                                          "producer never connects (Java accepts 0 and gives up once a "
+                                          "millisecond has passed)",
+}
 
 
 _SERVER_RE = re.compile(r"^\[?([^\[\]]+?)\]?:(\d{1,5})$")
@@ -549,7 +643,48 @@ def _convert(s: _Setting, v: Any) -> Any:
         return text
     if kind == "extensions":
         return _parse_extensions(s.java, v)
+    if kind == "double":
+        return _parse_double(s, v)
+    if kind == "loginhandler":
+        return _check_login_handler(s.java, v)
     raise AssertionError(kind)
+
+
+def _parse_double(s: _Setting, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ConfigError(f"{s.java} must be a number, got {v!r}")
+    try:
+        x = float(v)
+    except ValueError:
+        raise ConfigError(f"{s.java} must be a number, got {v!r}") from None
+    if (s.lo is not None and not x >= s.lo) or (s.hi is not None and not x <= s.hi):
+        raise ConfigError(f"{s.java} must be between {s.lo} and {s.hi}, got {v!r}")
+    return x
+
+
+#: Java's login callback handlers for OAUTHBEARER: the OAuth one (client credentials), the unsecured one (tests)
+LOGIN_CALLBACK_HANDLERS = {
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler": "oauth",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler": "oauth",  # Kafka 3.1-3.3
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredLoginCallbackHandler":
+        "unsecured",
+}
+
+
+def _check_login_handler(name: str, v: Any) -> Optional[str]:
+    """The handler's full Java class name (also given by its simple name)."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    text = str(v).strip()
+    if text in LOGIN_CALLBACK_HANDLERS:
+        return text
+    simple = text.rsplit(".", 1)[-1]
+    for java in LOGIN_CALLBACK_HANDLERS:
+        if java.rsplit(".", 1)[-1] == simple:
+            return java
+    raise ConfigError(f"{name}={text}: kproducer cannot load Java classes; it knows OAuthBearerLoginCallbackHandler "
+                      "(OAuth client credentials from sasl.oauthbearer.token.endpoint.url). For another way to get "
+                      "tokens give sasl_oauth_token_provider (a callable returning (token, expiry_epoch_seconds))")
 
 
 #: Java's partitioner class names: the built-in default ones mean kproducer's default (None)
@@ -795,26 +930,86 @@ def parse_jaas_config(text: str) -> JaasLoginModule:
     return modules[0]
 
 
+#: the options each login module reads, as Java's (Java ignores any other option without a word)
+_JAAS_OPTIONS: Dict[str, Tuple[str, ...]] = {
+    "PlainLoginModule": ("username", "password"),
+    "ScramLoginModule": ("username", "password", "tokenauth"),
+    "OAuthBearerLoginModule": ("clientId", "clientSecret", "scope", "unsecuredLoginStringClaim_sub",
+                               "unsecuredLoginLifetimeSeconds"),
+}
+#: OAuthBearerLoginModule's option families: SASL extensions (OAuth, unsecured) and the token endpoint's TLS
+_JAAS_OPTION_PREFIXES = ("extension_", "unsecuredLoginExtension_", "ssl.")
+#: options Java's unsecured login handler knows that kproducer's unsecured test tokens do not make
+_JAAS_UNSUPPORTED = ("unsecuredLoginStringClaim_", "unsecuredLoginNumberClaim_", "unsecuredLoginListClaim_",
+                     "unsecuredLoginPrincipalClaimName", "unsecuredLoginScopeClaimName")
+
+
+def check_jaas_options(jaas: JaasLoginModule) -> None:
+    """Options the login module does not read: a ConfigError for a near miss of one it reads (``tokenAuth``,
+    ``usename``, ``clientID``: Java would ignore it, and authenticate otherwise than meant), a warning for the
+    others (ignored, as Java does). TLS options of the OAuth token endpoint must be TLS settings kproducer knows.
+    Messages name options, never their values."""
+    module = jaas.simple_name
+    known = _JAAS_OPTIONS.get(module, ())
+    for option in jaas.options:
+        if option in known or (module == "OAuthBearerLoginModule" and option.startswith(_JAAS_OPTION_PREFIXES)
+                               and option not in _JAAS_OPTION_PREFIXES):
+            if option.startswith("ssl.") and canonical_name_or_none(option) not in _SSL_SETTINGS:
+                raise ConfigError(f"sasl.jaas.config: {module} option {option!r} is not a TLS setting kproducer "
+                                  "knows (the token endpoint's TLS takes ssl.truststore.*, ssl.keystore.* ...)")
+            continue
+        if module == "OAuthBearerLoginModule" and option.startswith(_JAAS_UNSUPPORTED):
+            log.warning("sasl.jaas.config: OAuthBearerLoginModule option %s is not supported by kproducer (its "
+                        "unsecured test tokens carry sub, iat and exp only): ignored", option)
+            continue
+        close = [k for k in known if k.lower() == option.lower()] or \
+            difflib.get_close_matches(option, known, n=1, cutoff=0.75)
+        if close:
+            raise ConfigError(f"sasl.jaas.config: {module} has no option {option!r}; did you mean {close[0]!r}? "
+                              "(option names are case-sensitive; Java would ignore it silently)")
+        log.warning("sasl.jaas.config: %s ignores the option %s (as Java does); it reads %s", module, option,
+                    ", ".join(known) or "no options")
+
+
+def canonical_name_or_none(name: str) -> Optional[str]:
+    try:
+        return canonical_name(name)
+    except ConfigError:
+        return None
+
+
 class SaslLogin:
     """What a SASL authentication needs, resolved from the settings. ``repr()`` hides the secrets."""
 
     __slots__ = ("mechanism", "username", "password", "token_provider", "unsecured_subject",
-                 "unsecured_lifetime_s", "extensions")
+                 "unsecured_lifetime_s", "extensions", "oauth")
 
     def __init__(self, mechanism: str, username: Optional[str] = None, password: Optional[Password] = None,
                  token_provider: Any = None, unsecured_subject: Optional[str] = None,
-                 unsecured_lifetime_s: float = 3600.0, extensions: Optional[Dict[str, str]] = None) -> None:
+                 unsecured_lifetime_s: float = 3600.0, extensions: Optional[Dict[str, str]] = None,
+                 oauth: Optional[ClientCredentials] = None) -> None:
         self.mechanism = mechanism
         self.username = username
         self.password = password
         self.token_provider = token_provider
         self.unsecured_subject = unsecured_subject
         self.unsecured_lifetime_s = unsecured_lifetime_s
+        #: SASL extensions: OAUTHBEARER's (KIP-342), SCRAM's (tokenauth=true for delegation tokens, KIP-48)
         self.extensions = extensions
+        #: OAUTHBEARER with OAuth client credentials (kproducer.oauth)
+        self.oauth = oauth
 
     def __repr__(self) -> str:
-        who = f"username={self.username!r}" if self.username is not None else (
-            "token_provider" if self.token_provider is not None else f"unsecured sub={self.unsecured_subject!r}")
+        if self.username is not None:
+            who = f"username={self.username!r}"
+            if self.extensions and self.extensions.get("tokenauth") == "true":
+                who += ", delegation token"
+        elif self.oauth is not None:
+            who = repr(self.oauth)
+        elif self.token_provider is not None:
+            who = "token_provider"
+        else:
+            who = f"unsecured sub={self.unsecured_subject!r}"
         return f"SaslLogin({self.mechanism}, {who})"
 
 
@@ -900,10 +1095,30 @@ class ProducerConfig:
     sasl_password: Optional[Password]
     sasl_oauth_token_provider: Any
     sasl_oauthbearer_extensions: Optional[Dict[str, str]]
+    sasl_login_callback_handler_class: Optional[str]
+    sasl_oauthbearer_method: Optional[str]
+    sasl_oauthbearer_token_endpoint_url: Optional[str]
+    sasl_oauthbearer_client_credentials_client_id: Optional[str]
+    sasl_oauthbearer_client_credentials_client_secret: Optional[Password]
+    sasl_oauthbearer_scope: Optional[str]
+    sasl_oauthbearer_scope_claim_name: str
+    sasl_oauthbearer_sub_claim_name: str
+    sasl_oauthbearer_header_urlencode: bool
+    sasl_login_connect_timeout_ms: Optional[int]
+    sasl_login_read_timeout_ms: Optional[int]
+    sasl_login_retry_backoff_ms: int
+    sasl_login_retry_backoff_max_ms: int
+    sasl_login_refresh_window_factor: float
+    sasl_login_refresh_window_jitter: float
+    sasl_login_refresh_min_period_seconds: int
+    sasl_login_refresh_buffer_seconds: int
+    https_ca_location: Optional[str]
+    https_ca_pem: Optional[str]
     metrics_sample_window_ms: int
     metrics_num_samples: int
     statistics_interval_ms: int
     stats_cb: Optional[Callable[[str], Any]]
+    error_cb: Optional[Callable[[Any], Any]]
 
     def __init__(self, settings: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> None:
         given: Dict[str, Any] = {}
@@ -1019,6 +1234,10 @@ class ProducerConfig:
         proto = self.security_protocol
         jaas = parse_jaas_config(self.sasl_jaas_config.value) if self.sasl_jaas_config is not None else None
         family = jaas.mechanism_family if jaas is not None else None
+        if jaas is not None:
+            check_jaas_options(jaas)
+        oauth_given = sorted(n for n in _OAUTH_SETTINGS if n in self.explicit
+                             and getattr(self, SETTINGS[n].alias) not in (None, "DEFAULT"))
         mech = self.sasl_mechanism
         if mech is None:
             if family == "SCRAM":
@@ -1026,7 +1245,7 @@ class ProducerConfig:
                                   "SCRAM-SHA-512")
             if family is not None:
                 mech = family
-            elif self.sasl_oauth_token_provider is not None:
+            elif self.sasl_oauth_token_provider is not None or oauth_given:
                 mech = "OAUTHBEARER"
             elif self.spelled.get("sasl.username") == "sasl_plain_username":
                 mech = "PLAIN"  # kafka-python's default sasl_mechanism
@@ -1045,10 +1264,19 @@ class ProducerConfig:
                 for key, value in jaas.options.items():
                     if key.startswith("unsecuredLoginExtension_"):
                         extensions.update(_parse_extensions("sasl.jaas.config", {key[24:]: value}) or {})
+                    elif key.startswith("extension_"):  # OAuthBearerLoginCallbackHandler's extensions
+                        extensions.update(_parse_extensions("sasl.jaas.config", {key[10:]: value}) or {})
             extensions.update(self.sasl_oauthbearer_extensions or {})
+            oauth = self._resolve_oauth(jaas, oauth_given)
             if self.sasl_oauth_token_provider is not None:
+                if oauth is not None:
+                    raise ConfigError(f"{self._named('sasl.oauth.token.provider')} and OAuth client credentials "
+                                      f"({', '.join(self._named(n) for n in oauth_given) or 'sasl.jaas.config'}) both "
+                                      "give the token: give one")
                 return SaslLogin(mech, token_provider=self.sasl_oauth_token_provider,
                                  extensions=extensions or None)
+            if oauth is not None:
+                return SaslLogin(mech, oauth=oauth, extensions=extensions or None)
             subject = jaas.options.get("unsecuredLoginStringClaim_sub") if jaas is not None else None
             if not subject:
                 raise ConfigError(
@@ -1069,6 +1297,21 @@ class ProducerConfig:
         if family == "OAUTHBEARER":
             raise ConfigError(f"sasl.mechanism={mech} needs PlainLoginModule or ScramLoginModule in "
                               "sasl.jaas.config, not OAuthBearerLoginModule")
+        if oauth_given:
+            raise ConfigError(f"{', '.join(self._named(n) for n in oauth_given)}: OAuth settings need "
+                              f"sasl.mechanism=OAUTHBEARER, not {mech}")
+        scram_extensions: Optional[Dict[str, str]] = None
+        if jaas is not None and "tokenauth" in jaas.options:
+            # delegation tokens (KIP-48): ScramLoginModule's tokenauth="true" sends the SCRAM extension
+            # tokenauth=true, and the broker checks the token id (username) and HMAC (password) against its tokens
+            flag = jaas.options["tokenauth"].strip().lower()
+            if flag not in ("true", "false"):
+                raise ConfigError("sasl.jaas.config: ScramLoginModule's tokenauth must be \"true\" or \"false\"")
+            if flag == "true":
+                if family != "SCRAM" or not mech.startswith("SCRAM-"):
+                    raise ConfigError("sasl.jaas.config: tokenauth=\"true\" (delegation tokens) needs "
+                                      "ScramLoginModule and sasl.mechanism SCRAM-SHA-256 or SCRAM-SHA-512")
+                scram_extensions = {"tokenauth": "true"}
         from_jaas: Optional[Tuple[str, str]] = None
         if jaas is not None:
             missing = [k for k in ("username", "password") if k not in jaas.options]
@@ -1089,7 +1332,66 @@ class ProducerConfig:
         if creds is None:
             raise ConfigError(f"SASL mechanism {mech} needs credentials: set sasl.jaas.config or "
                               "sasl.username/sasl.password")
-        return SaslLogin(mech, username=creds[0], password=Password(creds[1]))
+        return SaslLogin(mech, username=creds[0], password=Password(creds[1]), extensions=scram_extensions)
+
+    def _resolve_oauth(self, jaas: Optional[JaasLoginModule], given: List[str]) -> Optional[ClientCredentials]:
+        """OAuth client credentials (kproducer.oauth), from Java's or librdkafka's settings; None when not asked
+        for. Java's settings win over the JAAS options clientId/clientSecret/scope (as Java 4.x, which warns)."""
+        options = jaas.options if jaas is not None else {}
+        handler = self.sasl_login_callback_handler_class
+        method = self.sasl_oauthbearer_method
+        url = self.sasl_oauthbearer_token_endpoint_url
+        wanted = (url is not None or method == "OIDC" or LOGIN_CALLBACK_HANDLERS.get(handler or "") == "oauth"
+                  or "clientId" in options or "clientSecret" in options)
+        if not wanted:
+            return None
+        if method == "DEFAULT" and url is not None:
+            raise ConfigError(f"{self._named('sasl.oauthbearer.method')}=default does not use "
+                              f"{self._named('sasl.oauthbearer.token.endpoint.url')}: set it to oidc")
+        if handler is not None and LOGIN_CALLBACK_HANDLERS[handler] == "unsecured":
+            raise ConfigError(f"{self._named('sasl.login.callback.handler.class')}={handler.rsplit('.', 1)[-1]} "
+                              "makes unsecured test tokens; OAuth client credentials need "
+                              "OAuthBearerLoginCallbackHandler")
+        if url is None:
+            raise ConfigError("OAuth client credentials need the token endpoint: set "
+                              "sasl.oauthbearer.token.endpoint.url")
+
+        def pick(setting: str, option: str, secret: bool = False) -> Optional[str]:
+            value = getattr(self, SETTINGS[setting].alias)
+            if value is not None:
+                if option in options:
+                    log.warning("both %s and the JAAS option %s are given: using %s (as Java does)",
+                                self._named(setting), option, self._named(setting))
+                return str(value.value if isinstance(value, Password) else value)
+            return options.get(option)
+
+        client_id = pick("sasl.oauthbearer.client.credentials.client.id", "clientId")
+        secret = pick("sasl.oauthbearer.client.credentials.client.secret", "clientSecret")
+        missing = [what for what, v in (("client id", client_id), ("client secret", secret)) if not v]
+        if missing:
+            raise ConfigError(f"OAuth client credentials need the {' and the '.join(missing)}: set "
+                              "sasl.oauthbearer.client.credentials.client.id/.client.secret (librdkafka: "
+                              "sasl.oauthbearer.client.id/.client.secret), or the JAAS options clientId/clientSecret "
+                              "of OAuthBearerLoginModule")
+        assert client_id is not None and secret is not None
+        ssl_settings: Dict[str, Any] = {k: v for k, v in options.items() if k.startswith("ssl.")}
+        if self.https_ca_location is not None:
+            ssl_settings["ssl.truststore.location"] = self.https_ca_location
+        if self.https_ca_pem is not None:
+            ssl_settings["ssl.truststore.certificates"] = self.https_ca_pem
+        from .oauth import ClientCredentials
+
+        return ClientCredentials(
+            url, client_id, secret, scope=pick("sasl.oauthbearer.scope", "scope"),
+            sub_claim_name=self.sasl_oauthbearer_sub_claim_name,
+            scope_claim_name=self.sasl_oauthbearer_scope_claim_name,
+            urlencode_header=self.sasl_oauthbearer_header_urlencode,
+            connect_timeout_ms=self.sasl_login_connect_timeout_ms, read_timeout_ms=self.sasl_login_read_timeout_ms,
+            retry_backoff_ms=self.sasl_login_retry_backoff_ms, retry_backoff_max_ms=self.sasl_login_retry_backoff_max_ms,
+            refresh_window_factor=self.sasl_login_refresh_window_factor,
+            refresh_window_jitter=self.sasl_login_refresh_window_jitter,
+            refresh_min_period_s=self.sasl_login_refresh_min_period_seconds,
+            refresh_buffer_s=self.sasl_login_refresh_buffer_seconds, ssl_settings=ssl_settings)
 
     def _check_relations(self) -> None:
         explicit = self.explicit
@@ -1155,8 +1457,13 @@ class ProducerConfig:
         )
 
     def as_dict(self) -> Dict[str, Any]:
-        """Every setting by its Java name (secrets as :class:`Password`, which print as ``[hidden]``)."""
-        return {s.java: getattr(self, s.alias) for s in _SETTINGS}
+        """Every setting by its Java name (secrets as :class:`Password`, which print as ``[hidden]``; a token
+        provider as a :class:`HiddenObject`, whose repr does not show the credentials the provider holds)."""
+        out = {s.java: getattr(self, s.alias) for s in _SETTINGS}
+        for s in _SETTINGS:
+            if s.kind == "provider" and out[s.java] is not None:
+                out[s.java] = HiddenObject(out[s.java])
+        return out
 
     def __repr__(self) -> str:
         return f"ProducerConfig({self.as_dict()!r})"
@@ -1189,6 +1496,6 @@ def _store_type(cfg: ProducerConfig, type_setting: str, location: Optional[str])
     return "PKCS12" if suffix in ("p12", "pfx") else "PEM"
 
 
-__all__ = ["HIDDEN", "JKS_HINT", "SASL_MECHANISMS", "SECURITY_PROTOCOLS", "SETTINGS", "JaasLoginModule", "Password",
-           "ProducerConfig", "SaslLogin", "canonical_item", "canonical_name", "is_secret", "parse_jaas_config",
+__all__ = ["HIDDEN", "JKS_HINT", "SASL_MECHANISMS", "SECURITY_PROTOCOLS", "SETTINGS", "HiddenObject", "JaasLoginModule",
+           "Password", "ProducerConfig", "SaslLogin", "canonical_item", "canonical_name", "is_secret", "parse_jaas_config",
            "parse_servers", "reveal", "secret_settings"]

@@ -159,6 +159,28 @@ class IllegalStateError(KafkaError):
     default_message = "The producer is in a state that does not allow this operation."
 
 
+class NetworkThreadDiedError(IllegalStateError):
+    """The producer's network thread ended on an unexpected error (its ``__cause__``; a bug or an error that
+    escaped its loop): the producer cannot send any more. Every record not yet acknowledged fails with it, and
+    ``send()``, ``flush()`` and ``close()`` raise it. Close the producer and create a new one."""
+
+    name = "NETWORK_THREAD_DIED"
+    default_message = "The producer's network thread died; close this producer and create a new one."
+
+
+class NetworkThreadWaitError(KafkaTimeoutError):
+    """A call made on the producer's network thread (in a send callback) would have had to wait for that
+    very thread: ``get()`` on a record that is not done yet, ``flush()``, ``send()`` to a topic whose metadata
+    is not known yet. It fails at once instead (a wait that could only end at its timeout, or never). A
+    :class:`KafkaTimeoutError` (what the wait would have ended with), but not retriable from the callback."""
+
+    name = "NETWORK_THREAD_WAIT"
+    retriable = False
+    default_message = (
+        "This call cannot wait on the producer's network thread (in a send callback): it would wait for itself."
+    )
+
+
 class TransactionAbortedError(TransactionError):
     """The record belonged to a transaction that was aborted before the record was sent."""
 
@@ -183,6 +205,24 @@ class SecurityProtocolMismatchError(SslAuthenticationError):
     default_message = (
         "The broker's listener and security.protocol disagree about TLS: check security.protocol."
     )
+
+
+class FrameTooLargeError(AuthenticationError):
+    """A broker announced a response frame larger than kproducer takes before the connection is set up:
+    512 KiB until its ApiVersions (and SASL) answers are in, which are small. The frame is refused from its
+    4-byte size, before anything proportional to it is buffered. No Kafka listener for these settings answers
+    so, and retrying cannot change that: as an authentication failure, waits in progress (``send()``,
+    ``flush()``, metadata) fail with it at once. ``size`` is the frame's announced size, ``limit`` the limit
+    (bytes). (On a connection that is set up, a frame above ``max(max.request.size, 100 MiB)`` closes the
+    connection with that reason and it is retried, as Java does.)"""
+
+    name = "FRAME_TOO_LARGE"
+    default_message = "A broker sent a response frame larger than kproducer takes before the connection is set up."
+
+    def __init__(self, message: Optional[str] = None, size: int = -1, limit: int = -1) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 def _client_side_error_names() -> List[str]:

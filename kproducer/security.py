@@ -30,12 +30,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .config import Password, ProducerConfig, SaslLogin
-from .errors import ConfigError, SaslAuthenticationFailedError
+from .errors import AuthenticationError, ConfigError, SaslAuthenticationFailedError
 from .network.channel_security import PLAINTEXT, ChannelSecurity, SaslClientFactory
 
 if TYPE_CHECKING:
     import ssl
 
+    from .oauth import ClientCredentials, ClientCredentialsLogin
     from .protocol.sasl import SaslClient
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,39 @@ def channel_security(cfg: ProducerConfig) -> ChannelSecurity:
         login = cfg.sasl_login
         if login is None:  # pragma: no cover - ProducerConfig resolves it for SASL_*
             raise ConfigError(f"security.protocol={proto} needs SASL settings")
-        return ChannelSecurity(context, login.mechanism, sasl_client_factory(login))
+        oauth = oauth_login(login, cfg.client_id or "kproducer")
+        security = ChannelSecurity(context, login.mechanism, sasl_client_factory(login, oauth))
+        if oauth is not None:
+            security.add_closeable(oauth)
+        return security
     return ChannelSecurity(context)
+
+
+def oauth_login(login: SaslLogin, name: str = "kproducer") -> Optional[ClientCredentialsLogin]:
+    """For OAuth client credentials: the login, its first token fetched (here, on the caller's thread, as Java's
+    producer does in its constructor) and its refresher thread started. OAuthTokenError when no token can be had."""
+    if login.oauth is None:
+        return None
+    from .oauth import ClientCredentialsLogin
+
+    return ClientCredentialsLogin(login.oauth, oauth_ssl_context(login.oauth), name=name).start()
+
+
+def oauth_ssl_context(creds: ClientCredentials) -> Optional[ssl.SSLContext]:
+    """The TLS context of an https token endpoint: its TLS settings (Java's JAAS ssl.* options, librdkafka's
+    https.ca.location / https.ca.pem) as a producer's TLS settings are, else the system's default CAs."""
+    if not creds.https:
+        return None
+    import ssl
+
+    if not creds.ssl_settings:
+        return ssl.create_default_context()
+    try:
+        tls = ProducerConfig({"bootstrap.servers": "127.0.0.1:9092", "security.protocol": "SSL",
+                              **creds.ssl_settings})
+    except ConfigError as e:
+        raise ConfigError(f"the TLS settings of the OAuth token endpoint: {e}") from None
+    return ssl_context(tls)
 
 
 # -- TLS ----------------------------------------------------------------------------------------------
@@ -309,13 +341,16 @@ def _read_pkcs12(name: str, path: str, password_name: str,
 # -- SASL ---------------------------------------------------------------------------------------------
 
 
-def sasl_client_factory(login: SaslLogin) -> SaslClientFactory:
-    """A factory of fresh SASL clients, called at every authentication (and KIP-368 re-authentication)."""
+def sasl_client_factory(login: SaslLogin, oauth: Optional[ClientCredentialsLogin] = None) -> SaslClientFactory:
+    """A factory of fresh SASL clients, called at every authentication (and KIP-368 re-authentication).
+    ``oauth`` is the started login of OAuth client credentials (:func:`oauth_login`)."""
     from .protocol.sasl import sasl_client, unsecured_jwt
 
     mechanism = login.mechanism
     if mechanism == "OAUTHBEARER":
-        provider = login.token_provider
+        provider = oauth if oauth is not None else login.token_provider
+        if login.oauth is not None and oauth is None:
+            raise ValueError("OAuth client credentials need their started login: oauth_login(login)")
         static_extensions = login.extensions
         if provider is not None:
             def from_provider(host: str) -> "SaslClient":
@@ -331,9 +366,10 @@ def sasl_client_factory(login: SaslLogin) -> SaslClientFactory:
         return unsecured
     username, password = login.username, login.password
     assert username is not None and password is not None
+    scram_extensions = login.extensions if mechanism.startswith("SCRAM-") else None
 
     def with_password(host: str) -> "SaslClient":
-        return sasl_client(mechanism, username=username, password=password.value)
+        return sasl_client(mechanism, username=username, password=password.value, extensions=scram_extensions)
     return with_password
 
 
@@ -359,6 +395,8 @@ def call_token_provider(provider: Any, extensions: Optional[Dict[str, str]] = No
             got = more()
             if got:
                 merged.update({str(k): str(v) for k, v in dict(got).items()})
+    except AuthenticationError as e:  # kproducer's own providers (kproducer.oauth) say what is wrong
+        raise type(e)(f"SASL OAUTHBEARER: {e.message}") from e
     except Exception as e:
         raise SaslAuthenticationFailedError(
             f"SASL OAUTHBEARER: the {what} raised {type(e).__name__}; no token to authenticate with") from e
@@ -383,4 +421,5 @@ def call_token_provider(provider: Any, extensions: Optional[Dict[str, str]] = No
     return result, merged or None
 
 
-__all__ = ["call_token_provider", "channel_security", "sasl_client_factory", "ssl_context"]
+__all__ = ["call_token_provider", "channel_security", "oauth_login", "oauth_ssl_context", "sasl_client_factory",
+           "ssl_context"]

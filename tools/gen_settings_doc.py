@@ -50,6 +50,8 @@ _KINDS: Dict[str, str] = {
     "endpoint": "https or empty",
     "sslcontext": "ssl.SSLContext",
     "provider": "callable or object with token()",
+    "double": "number",
+    "loginhandler": "OAuthBearerLoginCallbackHandler (Java class name)",
     "mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
     "extensions": "'key=value,...' or mapping",
     "serializer": "callable, object with serialize(), 'str', 'json', 'bytes' or class name",
@@ -104,7 +106,7 @@ def _kind(setting: Any) -> str:
 def _section(java: str) -> str:
     if java.startswith("ssl.") or java == "enable.ssl.certificate.verification":
         return "TLS"
-    if java.startswith("sasl."):
+    if java.startswith(("sasl.", "https.")):
         return "SASL"
     if java.startswith(("metrics.", "statistics.")) or java == "stats_cb":
         return "Metrics"

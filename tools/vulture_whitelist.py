@@ -63,3 +63,20 @@ FailingConfigure
 
 # kproducer/aio.py: RecordFuture is read by asyncio itself (gather() reads _cancel_message on Python 3.9-3.10)
 _._cancel_message
+
+# kproducer/config.py: OIDC settings the Config fields declare but oauth_settings() reads by their dotted names
+sasl_oauthbearer_client_credentials_client_id
+sasl_oauthbearer_client_credentials_client_secret
+sasl_oauthbearer_scope
+
+# kproducer/aio.py: asyncio reads RecordFuture._asyncio_future_blocking (isfuture(), wait_for())
+_._asyncio_future_blocking
+
+# tests/oauth_idp.py: http.server calls the request handler's methods and reads the server's flag by name
+_.log_message
+_.do_GET
+_.do_POST
+_.daemon_threads
+
+# tests/apache_kafka/test_delegation_token_ak.py: a pytest fixture asked for by parameter name
+alice_may_write

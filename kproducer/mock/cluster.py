@@ -5,7 +5,7 @@ import logging
 import ssl
 from collections import Counter
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .acl import CLUSTER, CLUSTER_NAME, GROUP, TOPIC, TRANSACTIONAL_ID, AclBinding, Authorizer
 from .apis import API_NAMES, SERVED_VERSIONS, VersionSpec, restrict_versions
@@ -45,7 +45,9 @@ class MockCluster:
     ``cryptography`` package; :attr:`ca_pem` is the CA to trust); ``ssl_client_auth`` "requested" or
     "required" asks clients for a certificate of that CA (:meth:`issue_client_certificate`). SASL serves
     ``sasl_mechanisms`` (default: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER, which accepts
-    unsecured JWTs) for ``users`` (name -> password); ``session_lifetime_ms`` > 0 makes sessions expire
+    unsecured JWTs, or with ``oauthbearer_validator`` signed ones: a
+    :class:`kproducer.mock.security.JwtValidator` checks RS256 JWTs against a JWKS, as Apache Kafka's
+    OAuthBearerValidatorCallbackHandler) for ``users`` (name -> password); ``session_lifetime_ms`` > 0 makes sessions expire
     (KIP-368): SaslAuthenticate v1+ tells clients, and a connection that has not re-authenticated in
     time is closed at its next request. ``ssl_ca_pem`` is the CA of a given ``ssl_context`` (for
     :attr:`ca_pem` and :meth:`client_config`); ``scram_iterations`` the SCRAM iteration count.
@@ -74,6 +76,12 @@ class MockCluster:
     ACLs: ``authorizer=True`` authorizes requests as Apache Kafka's StandardAuthorizer does (see
     :mod:`kproducer.mock.acl` and :meth:`add_acl`); ``super_users`` (e.g. ``("User:admin",)``) may do
     anything. Default: off, everything is allowed.
+
+    Transactions: ``transaction_version`` is the finalized ``transaction.version`` feature ApiVersions v3+
+    advertises (0, 1 or 2; default 2, as a new Apache Kafka 4.x cluster); the brokers serve transactions v2
+    (Produce v12, EndTxn v5, TxnOffsetCommit v5: KIP-890) at levels 1 and 2, as Apache Kafka 4.1 does, and
+    refuse it with UNSUPPORTED_VERSION at 0. :meth:`set_transaction_version` changes it while running. See
+    docs/mock.md.
     """
 
     def __init__(
@@ -106,6 +114,8 @@ class MockCluster:
         quota_window_num: int = 11,
         authorizer: bool = False,
         super_users: Sequence[str] = (),
+        transaction_version: int = 2,
+        oauthbearer_validator: Optional[Callable[[str], Tuple[str, float, Tuple[str, ...]]]] = None,
     ) -> None:
         if num_brokers < 1:
             raise ValueError("num_brokers must be at least 1")
@@ -128,6 +138,7 @@ class MockCluster:
             unsupported_api_versions_reply=unsupported_api_versions_reply,
             quota_window_ms=quota_window_ms,
             quota_window_num=quota_window_num,
+            transaction_version=transaction_version,
         )
         self._certs: Optional[Any] = None  # kproducer.mock.certs.Certificates when the cluster made them
         self._ca_pem = ssl_ca_pem
@@ -136,6 +147,7 @@ class MockCluster:
             security_protocol, sasl_mechanisms, users, session_lifetime_ms, ssl_context, ssl_client_auth,
             scram_iterations, host,
         )
+        self._security.oauth_validator = oauthbearer_validator
         self._faults = FaultInjector(API_NAMES.values(), clock=self.clock)
         self._state = ClusterState(config, self._faults, self.clock)
         self._state.authorizer = Authorizer(authorizer, super_users)
@@ -472,6 +484,21 @@ class MockCluster:
         """Offsets committed for a group (through committed transactions)."""
         with self._state.lock:
             return {tp: value[0] for tp, value in self._state.group_offsets.get(group, {}).items()}
+
+    @property
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` the brokers advertise (2: transactions v2, KIP-890)."""
+        return self._state.transaction_version
+
+    def set_transaction_version(self, level: int) -> None:
+        """Finalize ``transaction.version`` ``level`` (0, 1 or 2), as ``kafka-features upgrade/downgrade`` does: the
+        next ApiVersions answers carry it with a higher features epoch. Transactions already open go on."""
+        self._state.set_transaction_version(level)
+
+    def producer_id_and_epoch(self, transactional_id: str) -> Optional[Tuple[int, int]]:
+        """The producer id and epoch the transaction coordinator holds for a transactional id (None: unknown)."""
+        meta = self._txn.describe(transactional_id)
+        return (meta.producer_id, meta.producer_epoch) if meta is not None else None
 
     def transaction_state(self, transactional_id: str) -> Optional[str]:
         """"Empty", "Ongoing", "CompleteCommit", "CompleteAbort", or None for an unknown id."""

@@ -108,6 +108,17 @@ class ProducerStateTable:
             )
         return _OK
 
+    def epoch_of(self, producer_id: int) -> Optional[int]:
+        """The producer's epoch on this partition, None when the partition has no state for it."""
+        entry = self.entries.get(producer_id)
+        return entry.epoch if entry is not None else None
+
+    def has_batches(self, producer_id: int) -> bool:
+        """Whether the partition remembers batches of the producer in its current epoch (Kafka: the producer
+        state entry is not empty; a marker that bumps the epoch empties it)."""
+        entry = self.entries.get(producer_id)
+        return entry is not None and bool(entry.batches)
+
     def update(
         self,
         producer_id: int,

@@ -12,12 +12,16 @@
 """
 from __future__ import annotations
 
+import base64
+import json
+import math
 import ssl
 import threading
-from typing import Dict, List, Mapping, Optional, Sequence
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..protocol.messages import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
-from ..protocol.sasl import SUPPORTED_MECHANISMS
+from ..protocol.sasl import SUPPORTED_MECHANISMS, TokenValidator
 from .mock_clock import SYSTEM_CLOCK, MockClock
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -60,6 +64,7 @@ class ListenerSecurity:
         session_lifetime_ms: int = 0,
         scram_iterations: int = 4096,
         clock: MockClock = SYSTEM_CLOCK,
+        oauth_validator: Optional[TokenValidator] = None,
     ) -> None:
         if protocol not in SECURITY_PROTOCOLS:
             raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, not {protocol!r}")
@@ -87,6 +92,8 @@ class ListenerSecurity:
         self.stats = AuthStats()
         #: the cluster's clock (session expiry)
         self.clock = clock
+        #: OAUTHBEARER: the validator of signed tokens (e.g. :class:`JwtValidator`); None: unsecured JWTs
+        self.oauth_validator = oauth_validator
 
     def new_session(self) -> Optional["SaslSession"]:
         """A connection's SASL session; None on listeners without SASL."""
@@ -135,3 +142,132 @@ class SaslSession:
 
     def __repr__(self) -> str:
         return f"SaslSession({self.state}, mechanism={self.mechanism}, principal={self.principal})"
+
+
+# ---------------------------------------------------------------------------------------------- signed JWTs
+
+
+def _b64url(text: str) -> bytes:
+    if not all(c.isalnum() or c in "-_" for c in text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _json_object(text: str, what: str) -> Dict[str, Any]:
+    try:
+        value = json.loads(_b64url(text).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"the token's {what} is not base64url-encoded JSON") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"the token's {what} is not a JSON object")
+    return value
+
+
+def _int_from_b64url(text: Any) -> int:
+    if not isinstance(text, str):
+        raise ValueError("not a base64url string")
+    return int.from_bytes(_b64url(text), "big")
+
+
+class JwtValidator:
+    """The broker side of OAUTHBEARER with signed tokens, as Apache Kafka's ``OAuthBearerValidatorCallbackHandler``
+    (its BrokerJwtValidator): an RS256 JWS whose key (by ``kid``) is in ``jwks`` (a JWK Set, or a callable returning
+    one, as a JWKS endpoint would), with ``exp`` and ``iat`` (``clock_skew_s`` allowed), the ``expected_audience``
+    (one of them, when given) in ``aud``, the ``expected_issuer`` (when given) as ``iss``, and a principal in
+    ``sub_claim_name``. Returns (principal, expiry, scope); ValueError saying why a token is refused. Pass it to
+    ``MockCluster(oauthbearer_validator=...)``. Needs the ``cryptography`` package."""
+
+    def __init__(self, jwks: Union[Mapping[str, Any], Callable[[], Mapping[str, Any]]], *,
+                 expected_audience: Union[None, str, Sequence[str]] = None, expected_issuer: Optional[str] = None,
+                 clock_skew_s: float = 30.0, sub_claim_name: str = "sub", scope_claim_name: str = "scope",
+                 clock: Callable[[], float] = time.time) -> None:
+        self._jwks = jwks
+        if isinstance(expected_audience, str):
+            expected_audience = [expected_audience]
+        self.expected_audience = tuple(expected_audience or ())
+        self.expected_issuer = expected_issuer
+        self.clock_skew_s = clock_skew_s
+        self.sub_claim_name = sub_claim_name
+        self.scope_claim_name = scope_claim_name
+        self._clock = clock
+        #: tokens validated and refused so far
+        self.accepted = 0
+        self.refused = 0
+
+    def _key(self, kid: Optional[str]) -> Any:
+        from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
+
+        jwks = self._jwks() if callable(self._jwks) else self._jwks
+        keys = [k for k in jwks.get("keys", []) if isinstance(k, dict) and k.get("kty") == "RSA"
+                and k.get("use", "sig") == "sig"]
+        if kid is not None:
+            keys = [k for k in keys if k.get("kid") == kid]
+        elif len(keys) > 1:
+            keys = []
+        if not keys:
+            raise ValueError(f"no key of the JWKS matches the token's key id {kid!r}")
+        try:
+            return RSAPublicNumbers(_int_from_b64url(keys[0].get("e")), _int_from_b64url(keys[0].get("n"))).public_key()
+        except ValueError:
+            raise ValueError("the JWKS key is not a valid RSA public key") from None
+
+    def __call__(self, token: str) -> Tuple[str, float, Tuple[str, ...]]:
+        try:
+            result = self._validate(token)
+        except ValueError:
+            self.refused += 1
+            raise
+        self.accepted += 1
+        return result
+
+    def _validate(self, token: str) -> Tuple[str, float, Tuple[str, ...]]:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.padding import PKCS1v15
+        from cryptography.hazmat.primitives.hashes import SHA256
+
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise ValueError("the token is not a JWS compact serialization (header.payload.signature)")
+        header = _json_object(parts[0], "header")
+        if header.get("alg") != "RS256":
+            raise ValueError(f"the token's algorithm {str(header.get('alg'))[:20]!r} is not allowed (RS256)")
+        kid = header.get("kid")
+        key = self._key(kid if isinstance(kid, str) else None)
+        try:
+            key.verify(_b64url(parts[2]), f"{parts[0]}.{parts[1]}".encode("ascii"), PKCS1v15(), SHA256())
+        except (InvalidSignature, ValueError):
+            raise ValueError("the token's signature does not verify") from None
+        claims = _json_object(parts[1], "payload")
+        now = self._clock()
+        times: Dict[str, float] = {}
+        for name in ("exp", "iat"):
+            value = claims.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"the token has no numeric '{name}' claim")
+            times[name] = float(value)
+        exp = times["exp"]
+        if now >= exp + self.clock_skew_s:
+            raise ValueError("the token has expired")
+        if times["iat"] > now + self.clock_skew_s:
+            raise ValueError("the token's issue time 'iat' is in the future")
+        if self.expected_audience:
+            aud = claims.get("aud")
+            audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+            if not any(a in self.expected_audience for a in audiences):
+                raise ValueError("the token's audience 'aud' is not an expected one")
+        if self.expected_issuer is not None and claims.get("iss") != self.expected_issuer:
+            raise ValueError("the token's issuer 'iss' is not the expected one")
+        sub = claims.get(self.sub_claim_name)
+        if not isinstance(sub, str) or not sub.strip():
+            raise ValueError(f"the token has no '{self.sub_claim_name}' claim (the principal)")
+        scope_claim = claims.get(self.scope_claim_name)
+        scope: Tuple[str, ...] = ()
+        if isinstance(scope_claim, str):
+            scope = (scope_claim,)
+        elif isinstance(scope_claim, list):
+            scope = tuple(str(x) for x in scope_claim)
+        return sub.strip(), exp, scope
+
+    def __repr__(self) -> str:
+        return (f"JwtValidator(audience={list(self.expected_audience)}, issuer={self.expected_issuer!r}, "
+                f"accepted={self.accepted}, refused={self.refused})")

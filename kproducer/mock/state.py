@@ -60,6 +60,22 @@ class ClusterConfig:
     #: quota.window.num and quota.window.size.seconds)
     quota_window_ms: float = 1000.0
     quota_window_num: int = 11
+    #: the finalized ``transaction.version`` feature (KIP-890) ApiVersions v3+ advertises: 2 (Apache Kafka 4.x's
+    #: default) is transactions v2; the requests of transactions v2 are served at every level but 0, as Apache
+    #: Kafka 4.1 does (see docs/mock.md)
+    transaction_version: int = 2
+
+
+#: the transaction.version levels Apache Kafka 4.1 supports (0: the original coordinator, 1: flexible transaction
+#: log records, 2: transactions v2)
+TRANSACTION_VERSIONS = (0, 1, 2)
+
+
+def check_transaction_version(level: int) -> int:
+    if isinstance(level, bool) or level not in TRANSACTION_VERSIONS:
+        raise ValueError(f"transaction_version must be one of {', '.join(map(str, TRANSACTION_VERSIONS))} "
+                         f"(Apache Kafka 4.1's transaction.version levels), not {level!r}")
+    return level
 
 
 class BrokerInfo:
@@ -126,6 +142,16 @@ class ClusterState:
         self.group_offsets: Dict[str, Dict[Tuple[str, int], Tuple[int, Optional[str]]]] = {}
         self._producer_ids = itertools.count(1000)
         self._append_listeners: List[Callable[[str, int], None]] = []
+        #: the finalized features ApiVersions v3+ answers (KIP-584): transaction.version, and the epoch that
+        #: orders their changes (Apache Kafka: a metadata offset; here 1, then + 1 per change)
+        self.transaction_version = check_transaction_version(config.transaction_version)
+        self.features_epoch = 1
+
+    def set_transaction_version(self, level: int) -> None:
+        """Finalize another ``transaction.version`` (Apache Kafka: ``kafka-features upgrade/downgrade``)."""
+        with self.lock:
+            self.transaction_version = check_transaction_version(level)
+            self.features_epoch += 1
 
     # ------------------------------------------------------------------------------ brokers
 

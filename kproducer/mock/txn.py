@@ -9,12 +9,20 @@ producer, the next time the coordinator touches that transactional id or a read_
 ListOffsets asks for a last stable offset (:meth:`TransactionCoordinator.expire_timed_out`). InitProducerId for a transactional id
 with an open transaction aborts it under a fencing epoch and gives the caller the epoch after that (old + 2),
 as Apache Kafka does.
+
+Transactions v2 (KIP-890 part 2), decided per request version as Apache Kafka 4.1 decides it: Produce v12+ and
+TxnOffsetCommit v5+ add their partition (group) to the transaction here (:meth:`TransactionCoordinator.add_implicitly`),
+and EndTxn v5+ ends the transaction with an epoch bump (the markers carry the new epoch; an exhausted epoch gives a
+new producer id with epoch 0) and answers the producer id and epoch to use next, following Kafka's table of
+retries (:meth:`TransactionCoordinator.end_txn`). With ``transaction.version`` 0 they are refused with
+UNSUPPORTED_VERSION (Apache Kafka 4.1 fails to write them to its transaction log, and leaves the id answering
+CONCURRENT_TRANSACTIONS afterwards; the mock leaves it usable).
 """
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..protocol.errors import (
     NO_ERROR,
@@ -24,7 +32,9 @@ from ..protocol.errors import (
     InvalidTxnStateError,
     OperationNotAttemptedError,
     ProducerFencedError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from .state import ClusterState
 
@@ -32,6 +42,11 @@ log = logging.getLogger(__name__)
 
 TopicPartition = Tuple[str, int]
 _MAX_EPOCH = 32767 - 1
+#: EndTxn from this version ends a transaction the transactions v2 way (Kafka's transactionVersionForEndTxn)
+END_TXN_V2_VERSION = 5
+#: TxnOffsetCommit from this version adds the group to the transaction itself (Kafka's
+#: txnOffsetCommitRequestVersionToTransactionSupportedOperation: ADD_PARTITION)
+TXN_OFFSET_COMMIT_V2_VERSION = 5
 
 EMPTY = "Empty"
 ONGOING = "Ongoing"
@@ -50,12 +65,15 @@ class TxnMetadata:
         "groups",
         "pending_offsets",
         "started_at_ms",
+        "prev_producer_id",
     )
 
     def __init__(self, transactional_id: str, producer_id: int, timeout_ms: int) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = 0
+        #: the producer id before an EndTxn v5 gave a new one (an exhausted epoch), to recognize its retry
+        self.prev_producer_id = -1
         self.timeout_ms = timeout_ms
         self.state = EMPTY
         self.partitions: Set[TopicPartition] = set()
@@ -65,9 +83,12 @@ class TxnMetadata:
 
 
 def fenced_code(api: str, version: int) -> int:
-    """PRODUCER_FENCED for the versions that know it (KIP-588), INVALID_PRODUCER_EPOCH before."""
-    first = {"init_producer_id": 4, "add_partitions_to_txn": 2, "add_offsets_to_txn": 2, "end_txn": 2,
-             "txn_offset_commit": 3}[api]
+    """PRODUCER_FENCED for the versions that know it (KIP-588), INVALID_PRODUCER_EPOCH before. TxnOffsetCommit
+    answers INVALID_PRODUCER_EPOCH at every version (Apache Kafka 4.1: the group coordinator asks the transaction
+    coordinator to verify, which turns PRODUCER_FENCED into INVALID_PRODUCER_EPOCH)."""
+    if api == "txn_offset_commit":
+        return InvalidProducerEpochError.code
+    first = {"init_producer_id": 4, "add_partitions_to_txn": 2, "add_offsets_to_txn": 2, "end_txn": 2}[api]
     return ProducerFencedError.code if version >= first else InvalidProducerEpochError.code
 
 
@@ -110,16 +131,17 @@ class TransactionCoordinator:
             return fenced_code(api, version), None
         return NO_ERROR, meta
 
-    def _complete(self, meta: TxnMetadata, commit: bool) -> None:
-        """Write the markers, apply or drop the transactional offsets, and end the transaction."""
+    def _complete(self, meta: TxnMetadata, commit: bool, marker_epoch: Optional[int] = None) -> None:
+        """Write the markers (with ``marker_epoch``, default the producer's), apply or drop the transactional
+        offsets, and end the transaction."""
         touched: List[TopicPartition] = []
+        epoch = meta.producer_epoch if marker_epoch is None else marker_epoch
         for topic, index in sorted(meta.partitions):
             p = self._state.partition(topic, index)
             if p is None:
                 continue
             with p.log.lock:
-                p.log.append_marker(meta.producer_id, meta.producer_epoch, commit, p.leader_epoch,
-                                    self._state.clock.wall_ms())
+                p.log.append_marker(meta.producer_id, epoch, commit, p.leader_epoch, self._state.clock.wall_ms())
             touched.append((topic, index))
         if commit:
             for group, offsets in meta.pending_offsets.items():
@@ -175,6 +197,38 @@ class TransactionCoordinator:
                 meta.partitions.add(tp)
             return {tp: NO_ERROR for tp in partitions}
 
+    def add_implicitly(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Sequence[TopicPartition] = (), group: Optional[str] = None) -> int:
+        """Transactions v2: a partition leader (Produce v12+) or a group coordinator (TxnOffsetCommit v5+) adds
+        ``partitions`` or ``group`` to the transaction, as Apache Kafka's AddPartitionsToTxnManager asks its
+        coordinator (AddPartitionsToTxn v5, not verify-only). Returns the error the request answers (Kafka turns
+        the coordinator's PRODUCER_FENCED into INVALID_PRODUCER_EPOCH); the mock has no pending transitions, so
+        never CONCURRENT_TRANSACTIONS."""
+        with self._lock:
+            meta = self.transactions.get(transactional_id)
+            if meta is None or meta.producer_id != producer_id:
+                return InvalidProducerIdMappingError.code
+            self._expire_if_timed_out(meta)
+            if meta.producer_epoch != epoch:
+                return InvalidProducerEpochError.code
+            new_partitions = [tp for tp in partitions if tp not in meta.partitions]
+            if meta.state == ONGOING and not new_partitions and (group is None or group in meta.groups):
+                return NO_ERROR
+            if self._state.transaction_version == 0:
+                # (Apache Kafka 4.1 cannot write a transactions-v2 state at transaction.version 0)
+                return UnsupportedVersionError.code
+            self._begin(meta)
+            for tp in new_partitions:
+                p = self._state.partition(*tp)
+                if p is None:
+                    continue
+                with p.log.lock:
+                    p.log.txn_members[producer_id] = epoch
+                meta.partitions.add(tp)
+            if group is not None:
+                meta.groups.add(group)
+            return NO_ERROR
+
     def _begin(self, meta: TxnMetadata) -> None:
         if meta.state != ONGOING:
             meta.state = ONGOING
@@ -197,7 +251,14 @@ class TransactionCoordinator:
             if meta is None:
                 return {tp: error for tp in offsets}
             if meta.state != ONGOING or group not in meta.groups:
-                return {tp: InvalidTxnStateError.code for tp in offsets}
+                # no AddOffsetsToTxn before: v5+ (transactions v2) adds the group here; before, Apache Kafka's
+                # verification answers TRANSACTION_ABORTABLE (v4) or INVALID_TXN_STATE
+                if version >= TXN_OFFSET_COMMIT_V2_VERSION:
+                    error = self.add_implicitly(transactional_id, producer_id, epoch, group=group)
+                else:
+                    error = TransactionAbortableError.code if version >= 4 else InvalidTxnStateError.code
+                if error:
+                    return {tp: error for tp in offsets}
             result: Dict[TopicPartition, int] = {}
             pending = meta.pending_offsets.setdefault(group, {})
             for tp, value in offsets.items():
@@ -208,17 +269,74 @@ class TransactionCoordinator:
                     result[tp] = NO_ERROR
             return result
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool, version: int) -> int:
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                version: int) -> Tuple[int, int, int]:
+        """Returns (error, producer id, epoch): the producer id and epoch to use next (EndTxn v5+; -1, -1 before
+        v5 and with an error)."""
+        if version >= END_TXN_V2_VERSION:
+            return self._end_txn_v2(transactional_id, producer_id, epoch, commit)
         with self._lock:
             error, meta = self._validate(transactional_id, producer_id, epoch, "end_txn", version)
             if meta is None:
-                return error
+                return error, -1, -1
             if meta.state == ONGOING:
                 self._complete(meta, commit)
-                return NO_ERROR
+                return NO_ERROR, -1, -1
             if (meta.state == COMPLETE_COMMIT and commit) or (meta.state == COMPLETE_ABORT and not commit):
-                return NO_ERROR  # a retry of the EndTxn that completed it
-            return InvalidTxnStateError.code
+                return NO_ERROR, -1, -1  # a retry of the EndTxn that completed it
+            return InvalidTxnStateError.code, -1, -1
+
+    def _end_txn_v2(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> Tuple[int, int, int]:
+        """EndTxn v5+ as Apache Kafka 4.1's TransactionCoordinator.endTransaction for transactions v2. A retry
+        (the epoch just before the bumped one, or the last epoch of an exhausted producer id) of the EndTxn that
+        completed the transaction answers NONE with the current ids again. Otherwise:
+
+        ============== ====================== ======================
+        state          abort                  commit
+        ============== ====================== ======================
+        Ongoing        markers, epoch + 1     markers, epoch + 1
+        Empty          epoch + 1              INVALID_TXN_STATE
+        CompleteAbort  epoch + 1              INVALID_TXN_STATE
+        CompleteCommit epoch + 1              INVALID_TXN_STATE
+        ============== ====================== ======================
+
+        (an abort of a retry in the other completed state, and a commit retried after an abort, are
+        INVALID_TXN_STATE). A stale epoch is PRODUCER_FENCED, a wrong producer id INVALID_PRODUCER_ID_MAPPING."""
+        failed = (InvalidProducerIdMappingError.code, -1, -1)
+        with self._lock:
+            meta = self.transactions.get(transactional_id)
+            if meta is None:
+                return failed
+            self._expire_if_timed_out(meta)
+            retry_on_overflow = (meta.prev_producer_id == producer_id and epoch == _MAX_EPOCH
+                                 and meta.producer_epoch == 0)
+            retry_on_bump = meta.producer_id == producer_id and meta.producer_epoch == epoch + 1
+            if meta.producer_id != producer_id and not retry_on_overflow:
+                return failed
+            completed = (COMPLETE_COMMIT, COMPLETE_ABORT)
+            valid = (retry_on_bump or retry_on_overflow or epoch == meta.producer_epoch if meta.state in completed
+                     else epoch == meta.producer_epoch)
+            if not valid:
+                return ProducerFencedError.code, -1, -1
+            retry = retry_on_bump or retry_on_overflow
+            if meta.state in completed and retry:
+                if (meta.state == COMPLETE_COMMIT) == commit:
+                    return NO_ERROR, meta.producer_id, meta.producer_epoch
+                return InvalidTxnStateError.code, -1, -1
+            if commit and meta.state != ONGOING:
+                return InvalidTxnStateError.code, -1, -1
+            if self._state.transaction_version == 0:
+                return UnsupportedVersionError.code, -1, -1
+            # the markers carry the bumped epoch; an exhausted epoch continues under a new producer id at 0
+            bumped = meta.producer_epoch + 1
+            self._complete(meta, commit, marker_epoch=bumped)
+            if meta.producer_epoch >= _MAX_EPOCH:
+                meta.prev_producer_id = meta.producer_id
+                meta.producer_id = self._state.next_producer_id()
+                meta.producer_epoch = 0
+            else:
+                meta.producer_epoch = bumped
+            return NO_ERROR, meta.producer_id, meta.producer_epoch
 
     def describe(self, transactional_id: str) -> Optional[TxnMetadata]:
         with self._lock:

@@ -29,6 +29,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
+from ..errors import KafkaConnectionError
 from ..protocol import messages as m
 from ..protocol.errors import (
     AuthenticationError,
@@ -37,7 +38,12 @@ from ..protocol.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from ..protocol.messages.api_versions import decode_api_versions
+from ..protocol.messages.api_versions import (
+    NO_FINALIZED_FEATURES,
+    FinalizedFeatures,
+    decode_api_versions,
+    finalized_features,
+)
 from ..protocol.schema import Api
 from .channel_security import PLAINTEXT, ChannelSecurity
 from .connection_states import ClusterConnectionStates, ConnectionState
@@ -52,6 +58,10 @@ log = logging.getLogger(__name__)
 ResponseCallback = Callable[["ClientResponse"], None]
 
 SOFTWARE_NAME = "kproducer"
+
+#: a broker address that cannot be reached is logged at WARNING at most once per this many ms (or per
+#: reconnect.backoff.max.ms when that is longer); the attempts in between are counted in the next warning
+CONNECT_WARNING_INTERVAL_MS = 10000.0
 
 #: api key -> the first version whose throttle_time_ms the client must honour itself (KIP-219; Java's
 #: ``shouldClientThrottle`` of each response class). APIs not listed are never throttled client-side.
@@ -165,12 +175,22 @@ class NetworkClient:
         self._unanswered_ids: Dict[int, Deque[int]] = {}  # correlation ids of written acks=0 requests
         self._next_idle_check = 0.0
         self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.connect_warning_interval_ms = max(CONNECT_WARNING_INTERVAL_MS, reconnect_backoff_max_ms)
+        # "host:port" -> [when its last "could not be established" warning was logged, attempts since]
+        self._connect_warnings: Dict[str, List[float]] = {}
+        #: called (on the network thread) with an error that belongs to no record: a broker that cannot be
+        #: reached (as often as its WARNING), an authentication failure (the producer's error_cb)
+        self.on_error: Optional[Callable[[KafkaError], None]] = None
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.software_version = software_version
         self.clock = clock
         self.in_flight = InFlightRequests(max_in_flight)
         self.states = ClusterConnectionStates(reconnect_backoff_ms, reconnect_backoff_max_ms)
         self._api_versions: Dict[int, Dict[int, Tuple[int, int]]] = {}
+        #: the cluster's finalized features (KIP-584): those of the ApiVersions answer with the highest
+        #: features epoch so far, from any broker (Java's ApiVersions.update); ``transaction.version`` 2+ means
+        #: transactions v2 (KIP-890)
+        self.finalized_features: FinalizedFeatures = NO_FINALIZED_FEATURES
         self._unwritten: Dict[int, List[ClientRequest]] = {}
         self._correlation = 0
         self._metadata_in_flight: Optional[ClientRequest] = None
@@ -285,8 +305,10 @@ class NetworkClient:
 
     # -- sending -----------------------------------------------------------------------------------
 
-    def api_version(self, node_id: int, api: Api) -> int:
-        """Highest version of ``api`` both we and the node support."""
+    def api_version(self, node_id: int, api: Api, max_version: Optional[int] = None) -> int:
+        """Highest version of ``api`` both we and the node support: up to ``api.client_max_version``, or up to
+        ``max_version`` when given (e.g. Produce v12 for transactions v2, see
+        :data:`kproducer.protocol.messages.TRANSACTION_V2_VERSIONS`)."""
         versions = self._api_versions.get(node_id)
         if versions is None:
             raise KafkaError(f"node {node_id} has not completed ApiVersions negotiation")
@@ -295,7 +317,7 @@ class NetworkClient:
             raise UnsupportedVersionError(
                 f"broker {node_id} does not support the {api.name} API (kproducer needs {api.name} "
                 f"v{api.min_version}-v{api.max_version}); the broker is too old for this feature")
-        v = m.negotiate_version(api, rng[0], rng[1])
+        v = m.negotiate_version(api, rng[0], rng[1], max_version)
         if v is None:
             raise UnsupportedVersionError(
                 f"broker {node_id} supports {api.name} v{rng[0]}-v{rng[1]}, "
@@ -451,11 +473,22 @@ class NetworkClient:
             return
         failures = self.selector.failures
         for node_id, reason in list(self.selector.disconnected.items()):
-            log.info("disconnected from node %s: %s", node_id, reason)
-            self._process_disconnection(node_id, responses, now_ms, timed_out=False, reason=reason)
+            # a connection never established is logged (WARNING, rate-limited) below
+            never_connected = self.states.state(node_id) == ConnectionState.CONNECTING
+            log.log(logging.DEBUG if never_connected else logging.INFO, "disconnected from node %s: %s", node_id,
+                    reason)
             failure = failures.get(node_id)
+            auth = self._authenticators.get(node_id)
+            if failure is None and auth is not None and not self._reauthenticating.get(node_id):
+                # closed by the broker during the first SASL exchange: an authentication failure, said at once
+                failure = auth.connection_closed(reason)
+                log.error("authentication with node %s failed: %s", node_id, failure)
+                reason = str(failure)
+            self._process_disconnection(node_id, responses, now_ms, timed_out=False, reason=reason)
             if failure is not None:
                 self._record_authentication_failure(node_id, failure)
+            elif never_connected:
+                self._connection_not_established(node_id, reason, now_ms)
         self.selector.disconnected = {}
         self.selector.failures = {}
         self.metadata.request_update()
@@ -463,6 +496,39 @@ class NetworkClient:
     def _record_authentication_failure(self, node_id: int, error: AuthenticationError) -> None:
         self._auth_failures[node_id] = error
         self.metadata.authentication_failed(error)
+        self.report_error(error)
+
+    def report_error(self, error: KafkaError) -> None:
+        """Hand an error that belongs to no record to :attr:`on_error` (the producer's error_cb), on this
+        (the network) thread; an exception it raises is logged."""
+        if self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception:  # the network thread must carry on
+                log.exception("error_cb raised an exception; it is ignored (the producer carries on)")
+
+    def _connection_not_established(self, node_id: int, reason: str, now_ms: float) -> None:
+        """Java's NetworkClient: WARN "Connection to node N (host:port) could not be established. Node may not
+        be available." Here at most once per address per :attr:`connect_warning_interval_ms` (a broker that
+        is down is retried every reconnect.backoff.max.ms), with the count of the attempts in between, and
+        again at once after a connection to it succeeded."""
+        host, port = self._node_addresses.get(node_id, ("?", 0))
+        addr = f"{host}:{port}"
+        entry = self._connect_warnings.get(addr)
+        if entry is not None and now_ms - entry[0] < self.connect_warning_interval_ms:
+            entry[1] += 1
+            log.debug("connection to node %s (%s) could not be established: %s", node_id, addr, reason)
+            return
+        more = ""
+        if entry is not None and entry[1]:
+            more = f" ({entry[1]:.0f} more failed attempts since the last warning)"
+        self._connect_warnings[addr] = [now_ms, 0]
+        hint = " (check bootstrap.servers and that the broker is up)" if node_id < 0 else ""
+        log.warning("Connection to node %s (%s) could not be established: %s. Broker may not be available%s%s",
+                    node_id, addr, reason, hint, more)
+        self.report_error(KafkaConnectionError(
+            f"connection to node {node_id} ({addr}) could not be established: {reason}; broker may not be "
+            f"available"))
 
     def _fail_authentication(self, node_id: int, error: AuthenticationError, now_ms: float) -> None:
         """Close a connection whose authentication failed; not retried before the reconnect backoff."""
@@ -538,6 +604,12 @@ class NetworkClient:
             self._process_disconnection(node_id, self._pending, now_ms, timed_out=False, reason=why)
             return
         self._api_versions[node_id] = versions
+        features = finalized_features(body)
+        if features.epoch > self.finalized_features.epoch:
+            if features.levels != self.finalized_features.levels:
+                log.debug("node %s: finalized features %s (epoch %s)", node_id, dict(features.levels),
+                          features.epoch)
+            self.finalized_features = features
         if self.security.sasl_mechanism is not None:
             self._start_authentication(node_id, now_ms)
             return
@@ -547,11 +619,13 @@ class NetworkClient:
         self._connect_started.pop(node_id, None)
         self._setup_timeouts.pop(node_id, None)
         self.states.ready(node_id)
+        self.selector.connection_ready(node_id)  # (responses may be large from now on)
         self.ever_connected = True
         self.metadata.authentication_succeeded()
         addr = self._node_addresses.get(node_id)
         if addr is not None:
             self.last_errors.pop(f"{addr[0]}:{addr[1]}", None)
+            self._connect_warnings.pop(f"{addr[0]}:{addr[1]}", None)
         log.debug("node %s ready", node_id)
 
     # -- SASL --------------------------------------------------------------------------------------
@@ -688,7 +762,8 @@ class NetworkClient:
             log.warning("ignoring a metadata response with no brokers")
             self.metadata.failed_update(now_ms)
             return
-        self.metadata.update(body, topics, partial, now_ms)
+        host, port = self._node_addresses.get(req.node_id, ("?", 0))
+        self.metadata.update(body, topics, partial, now_ms, answered_by=(req.node_id, f"{host}:{port}"))
 
     # -- timeouts ----------------------------------------------------------------------------------
 
@@ -708,12 +783,16 @@ class NetworkClient:
                        f"doubled per failed attempt up to socket.connection.setup.timeout.max.ms) while "
                        f"{self.states.state(node_id)}")
                 fatal = self.selector.setup_timeout_error(node_id)
-                log.warning("node %s: %s", node_id, fatal or why)
+                tcp_connecting = fatal is None and self.states.state(node_id) == ConnectionState.CONNECTING
+                if not tcp_connecting:
+                    log.warning("node %s: %s", node_id, fatal or why)
                 self.selector.close(node_id, why)
                 self._process_disconnection(node_id, responses, now_ms, timed_out=True,
                                             reason=str(fatal) if fatal is not None else why)
                 if fatal is not None:
                     self._record_authentication_failure(node_id, fatal)
+                elif tcp_connecting:
+                    self._connection_not_established(node_id, why, now_ms)
                 self.metadata.request_update()
 
     def _close_idle_connections(self, now_ms: float) -> None:
@@ -751,3 +830,4 @@ class NetworkClient:
     def close(self) -> None:
         self.closed = True
         self.selector.close_all()
+        self.security.close()  # e.g. the refresher of OAuth tokens

@@ -140,6 +140,8 @@ class Metadata:
         self._auth_error: Optional[KafkaError] = None
         self.auth_failures = 0
         self._topic_exceptions: Dict[str, KafkaError] = {}
+        #: the broker whose metadata answer was applied last, as (node id, "host:port") (for error messages)
+        self.answered_by: Optional[Tuple[int, str]] = None
         self.closed = False
 
     # -- interest --------------------------------------------------------------------------------
@@ -199,8 +201,8 @@ class Metadata:
     # -- updates ---------------------------------------------------------------------------------
 
     def update(self, response: Mapping[str, Any], requested: Optional[List[str]], partial: bool,
-               now_ms: float) -> None:
-        """Apply a decoded Metadata response."""
+               now_ms: float, answered_by: Optional[Tuple[int, str]] = None) -> None:
+        """Apply a decoded Metadata response (from ``answered_by``: node id, "host:port")."""
         nodes = [Node(b["node_id"], b["host"], b["port"], b.get("rack")) for b in response["brokers"]]
         parts: List[PartitionInfo] = []
         errors: Dict[str, int] = {}
@@ -258,6 +260,7 @@ class Metadata:
                 self._need_partial_update = False
             self.last_refresh_ms = now_ms
             self._last_response_ms = now_ms
+            self.answered_by = answered_by
             self.attempts = 0
             self._fatal = None  # a broker answered: an earlier fatal refresh error is no longer current
             self._backoff_ms = self.refresh_backoff.backoff(0)

@@ -36,6 +36,7 @@ Request = Tuple[Api, int, Dict[str, Any]]
 
 _UNSUPPORTED_SASL_MECHANISM = UnsupportedSaslMechanismError.code
 _SASL_AUTHENTICATION_FAILED = SaslAuthenticationFailedError.code
+_ILLEGAL_SASL_STATE = IllegalSaslStateError.code
 
 
 class SaslAuthenticator:
@@ -92,13 +93,36 @@ class SaslAuthenticator:
                 f"SASL {self.mechanism} authentication with broker {self.peer} failed: {type(e).__name__}")
             return None
 
+    def connection_closed(self, reason: str) -> SaslAuthenticationFailedError:
+        """The error for a connection the broker closed before this exchange ended. Brokers older than Kafka
+        1.0 (and some Kafka-protocol servers, e.g. tansu with --authentication) refuse credentials, or a
+        mechanism they do not serve, by closing the connection instead of answering with an error code."""
+        step = "SaslHandshake" if self._client is None else "SaslAuthenticate"
+        self.error = SaslAuthenticationFailedError(
+            f"authentication failed: connection closed during SASL handshake with broker {self.peer} (SASL "
+            f"{self.mechanism}, waiting for the answer to {step}): the broker refused the credentials or the "
+            f"mechanism without an error code (as brokers before Kafka 1.0 do), or the connection broke ({reason})")
+        return self.error
+
     def _on_handshake(self, body: Dict[str, Any]) -> Optional[Request]:
         err = body["error_code"]
         if err == _UNSUPPORTED_SASL_MECHANISM:
-            enabled = ", ".join(body.get("mechanisms") or []) or "none"
+            mechanisms = body.get("mechanisms") or []
+            if self.mechanism in mechanisms:
+                # (tansu without authentication refuses every mechanism, listing them all as enabled)
+                raise UnsupportedSaslMechanismError(
+                    f"broker {self.peer} refused SASL mechanism {self.mechanism} although it lists it as enabled: "
+                    "the broker's listener does not speak SASL: check security.protocol (PLAINTEXT or SSL?)")
+            enabled = ", ".join(mechanisms) or "none"
             raise UnsupportedSaslMechanismError(
                 f"broker {self.peer} does not enable SASL mechanism {self.mechanism} (it enables: {enabled}); "
                 "set sasl.mechanism to one of those")
+        if err == _ILLEGAL_SASL_STATE:
+            # what Kafka's KafkaApis answers to a SaslHandshake on a PLAINTEXT or SSL listener (a SASL listener's
+            # authenticator takes the handshake before KafkaApis sees any request)
+            raise IllegalSaslStateError(
+                f"broker {self.peer} answered SaslHandshake with ILLEGAL_SASL_STATE: the broker's listener does "
+                "not speak SASL: check security.protocol (PLAINTEXT or SSL?) and the port")
         if err:
             raise _as_authentication_error(err, None, f"SaslHandshake with broker {self.peer} failed")
         self._client = self._factory(self._host)

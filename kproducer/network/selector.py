@@ -20,7 +20,7 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Type, Union
 
-from ..errors import AuthenticationError, SecurityProtocolMismatchError, SslAuthenticationError
+from ..errors import AuthenticationError, FrameTooLargeError, SecurityProtocolMismatchError, SslAuthenticationError
 from ..protocol.accel import speedups
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
 from .transport import Payload
@@ -30,10 +30,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FrameError", "FrameReader", "Selector", "KafkaChannel", "ChannelState", "resolve"]
+__all__ = ["SETUP_MAX_RECEIVE_SIZE", "FrameError", "FrameReader", "Selector", "KafkaChannel", "ChannelState",
+           "resolve"]
 
 _SIZE = SIZE_PREFIX
 _READ_CHUNK = 256 * 1024
+#: the largest response frame the producer takes on a connection that is not set up yet (before
+#: :meth:`Selector.connection_ready`): its ApiVersions answer (a few KiB) and SASL answers are small. The
+#: value of the broker's own limit for what it takes before authentication (Java's
+#: ``sasl.server.max.receive.size``); Java's client has no limit at all.
+SETUP_MAX_RECEIVE_SIZE = 512 * 1024
 
 NodeId = int
 #: one address of a host, as socket.getaddrinfo gives it: (family, type, proto, canonname, sockaddr)
@@ -160,8 +166,14 @@ class Selector:
         ssl_context: Optional[ssl.SSLContext] = None,
         resolver: Resolver = resolve,
         client_dns_lookup: str = "use_all_dns_ips",
+        setup_max_receive_size: Optional[int] = None,
     ) -> None:
+        """``max_receive_size``: the largest frame taken on a connection; ``setup_max_receive_size``: a lower
+        limit until :meth:`connection_ready` (None: the same), refused with :class:`FrameTooLargeError` as a
+        failure of the connection (the producer passes :data:`SETUP_MAX_RECEIVE_SIZE`)."""
         self.max_receive_size = max_receive_size
+        self.setup_max_receive_size = max_receive_size if setup_max_receive_size is None else \
+            min(setup_max_receive_size, max_receive_size)
         self.resolver = resolver
         #: use_all_dns_ips (Java's default) or resolve_canonical_bootstrap_servers_only: both try every
         #: address of a host in turn (the latter's canonical-name expansion of bootstrap servers is not done)
@@ -228,7 +240,7 @@ class Selector:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
         except OSError:
             pass
-        ch = KafkaChannel(node_id, sock, (host, port), self.max_receive_size)
+        ch = KafkaChannel(node_id, sock, (host, port), self.setup_max_receive_size)
         ch.sockaddr = addr
         self._channels[node_id] = ch
         rc = sock.connect_ex(addr)
@@ -456,7 +468,15 @@ class Selector:
             try:
                 frames = ch.reader.feed(data)
             except FrameError as e:
-                self._close_channel(ch, str(e))
+                if e.size > e.limit and e.limit < self.max_receive_size:
+                    # (refused from its size prefix, before the payload is buffered)
+                    self._fail_channel(ch, FrameTooLargeError(
+                        f"broker {ch.peer} (node {ch.node_id}) sent a frame of {e.size} bytes before the connection "
+                        f"was set up, more than the {e.limit} allowed until then (the ApiVersions and SASL answers "
+                        "of a Kafka broker are small): this is not a Kafka listener for these security settings",
+                        size=e.size, limit=e.limit))
+                else:
+                    self._close_channel(ch, str(e))
                 return
             for frame in frames:
                 self.completed_receives.append((ch.node_id, frame))
@@ -499,6 +519,13 @@ class Selector:
                 "check that this is a Kafka broker's address"))
         else:
             self._close_channel(ch, reason)
+
+    def connection_ready(self, node_id: NodeId) -> None:
+        """The connection is set up (ApiVersions and SASL done): from now on it takes frames up to
+        ``max_receive_size`` (until then ``setup_max_receive_size``)."""
+        ch = self._channels.get(node_id)
+        if ch is not None:
+            ch.reader.max_size = self.max_receive_size
 
     def _finish_connect(self, ch: KafkaChannel) -> None:
         err = ch.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)

@@ -64,5 +64,9 @@ class Transport(Protocol):
         """Why a connection that did not finish its setup in time will never work (e.g. a TLS handshake a
         plaintext listener never answers), or None when retrying may help."""
 
+    def connection_ready(self, node_id: NodeId) -> None:
+        """The connection is set up (ApiVersions and SASL done): a transport that limits the size of a
+        response more tightly until then (the Selector: 512 KiB) lifts that limit."""
+
 
 __all__ = ["NodeId", "Payload", "Transport"]

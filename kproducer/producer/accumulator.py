@@ -5,7 +5,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from ..clock import SYSTEM_CLOCK, Clock, ExponentialBackoff
 from ..errors import KafkaError, ProducerClosedError
@@ -15,6 +15,7 @@ from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
 from .compression_ratio import BatchSizing, CompressionRatioEstimator
 from .future import Callback, FutureRecordMetadata
+from .idempotence import sequence_after
 
 if TYPE_CHECKING:
     from ..network.metadata import Cluster
@@ -426,7 +427,7 @@ class RecordAccumulator:
         # retried batches sit at the head ordered by sequence; new (unsequenced) batches follow
         i = 0
         for i, other in enumerate(dq):  # noqa: B007 (i is used after the loop)
-            if not other.has_sequence() or other.base_sequence > batch.base_sequence:
+            if not other.has_sequence() or sequence_after(other.base_sequence, batch.base_sequence):
                 break
         else:
             i = len(dq)
@@ -475,7 +476,7 @@ class RecordAccumulator:
                 # several batches in flight, a later batch may have been split and queued first
                 i = 0
                 for i, other in enumerate(dq):  # noqa: B007 (i is read after the loop)
-                    if not other.has_sequence() or other.base_sequence > batch.base_sequence:
+                    if not other.has_sequence() or sequence_after(other.base_sequence, batch.base_sequence):
                         break
                 else:
                     i = len(dq)
@@ -636,18 +637,34 @@ class RecordAccumulator:
         return self._closed
 
     def abort_undrained_batches(self, error: BaseException,
-                                partitions: Optional[Set[TopicPartition]] = None) -> List[ProducerBatch]:
+                                partitions: Optional[Set[TopicPartition]] = None, keep_sequenced: bool = False,
+                                before_failing: Optional[Callable[[List[ProducerBatch]], None]] = None
+                                ) -> List[ProducerBatch]:
         """Fail every batch still queued (not in flight) with ``error``, or only those of ``partitions``;
-        returns them."""
+        returns them. ``keep_sequenced``: the batches that were sent before (they have a sequence: they wait
+        for a retry) stay queued, as Java's abortUndrainedBatches leaves them with a transaction manager.
+        ``before_failing`` is given the batches taken before any of them fails (the transaction manager: a
+        failed batch makes the transaction abortable before a callback can see the failure)."""
         aborted: List[ProducerBatch] = []
         with self._lock:
             for tp, dq in self._batches.items():
                 if partitions is not None and tp not in partitions:
                     continue
+                if keep_sequenced and any(b.has_sequence() for b in dq):
+                    kept = [b for b in dq if b.has_sequence()]
+                    for b in dq:
+                        if not b.has_sequence():
+                            b.close_for_appends()
+                            aborted.append(b)
+                    dq.clear()
+                    dq.extend(kept)
+                    continue
                 while dq:
                     b = dq.popleft()
                     b.close_for_appends()
                     aborted.append(b)
+        if before_failing is not None and aborted:
+            before_failing(aborted)
         for b in aborted:
             b.done(-1, -1, error)
             self.deallocate(b)

@@ -7,13 +7,15 @@ One pipeline, in this order (as Java's KafkaProducer.doSend):
 3. key and value to bytes: the configured serializer (SerializationError when it fails or returns something
    else than bytes/None), else bytes-like or None (TypeError with a hint for str);
 4. headers: ``(str, bytes | None)`` pairs or a dict (TypeError);
-5. timestamp: None (now) or a non-negative int (ValueError; a bool is not a timestamp);
+5. timestamp: None (now) or an int in ``[0, 2**63 - 1]`` (Java's long; ValueError naming ``timestamp_ms``;
+   a bool is not a timestamp);
 6. the topic: a non-empty str (TypeError), a legal name (InvalidTopicError), its metadata within
    max.block.ms (KafkaTimeoutError, or the topic's metadata error);
 7. the size bound: the record *with its headers*, worst-case varints and the batch header, within
    max.request.size (and buffer.memory): MessageTooLargeError;
 8. the partition: an explicit one is an int (a bool is not) in ``[0, partitions)`` (ValueError; one beyond
-   the known count may be new: wait for metadata as Java does); else the custom partitioner's answer, checked
+   the known count may be new: wait for metadata as Java does, unless it is beyond Java's int, which no topic
+   has: ValueError at once); else the custom partitioner's answer, checked
    the same way; else murmur2 of the key (:attr:`RecordAdmission.hash_cache`, the one cache) or uniform sticky
    (:class:`~kproducer.producer.partitioner.StickyPartitioner`, the one sticky state);
 9. a transactional producer must be in a transaction (TransactionError).
@@ -69,6 +71,10 @@ HASH_CACHE_SIZE = 65536  # keys whose murmur2 hash is remembered (most workloads
 
 _BYTES = (bytes, bytearray, memoryview)
 _BYTES_OR_NONE = {bytes, type(None)}
+#: the largest record timestamp (Java's Long.MAX_VALUE: the record batch's int64 fields) and partition (a
+#: partition number is a Java int)
+MAX_TIMESTAMP = (1 << 63) - 1
+MAX_PARTITION = (1 << 31) - 1
 
 
 def key_hash_miss(cache: Dict[bytes, int], key: bytes) -> int:
@@ -134,12 +140,13 @@ def check_headers(headers: Any) -> Optional[List[Header]]:
 
 
 def bad_timestamp(timestamp_ms: Any) -> ValueError:
-    return ValueError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+    return ValueError(f"timestamp_ms must be an int in [0, 2**63 - 1] (ms since the epoch, a Java long), got "
+                      f"{timestamp_ms!r}")
 
 
 def check_timestamp(timestamp_ms: Any) -> int:
-    """An explicit timestamp: a non-negative int (a bool is not one)."""
-    if type(timestamp_ms) is not int or timestamp_ms < 0:
+    """An explicit timestamp: an int in ``[0, MAX_TIMESTAMP]`` (a bool is not one)."""
+    if type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP:
         raise bad_timestamp(timestamp_ms)
     return timestamp_ms  # type: ignore[no-any-return]
 
@@ -153,6 +160,15 @@ def bad_partition(partition: Any, num_partitions: int, topic: str, record: Optio
     which = "" if record is None else f"record {record}: "
     return ValueError(f"{which}partition {partition!r} is not in the range [0..{num_partitions}) of topic {topic!r}"
                       " (a partition is an int)")
+
+
+def beyond_any_topic(partition: int, topic: Optional[str] = None, record: Optional[int] = None) -> ValueError:
+    """An int partition above :data:`MAX_PARTITION`: no topic has it (partition numbers are Java ints), so
+    there is no metadata to wait for."""
+    which = "" if record is None else f"record {record}: "
+    of = "" if topic is None else f" of topic {topic!r}"
+    return ValueError(f"{which}partition {partition}{of} cannot exist: a partition is an int in [0, 2**31 - 1] "
+                      "(a Java int)")
 
 
 def bad_partitioner_result(partition: Any, num_partitions: int, topic: str, record: Optional[int] = None) -> ValueError:
@@ -312,6 +328,8 @@ class RecordAdmission:
         for i, p in enumerate(parts):
             if type(p) is not int:
                 raise ValueError(f"record {i}: partition {p!r} is not an int")
+            if p > MAX_PARTITION:
+                raise beyond_any_topic(p, record=i)
         return None, parts
 
     def groups(self, topic: str, n: int, single: Optional[int], per_record: Optional[List[int]],
@@ -371,6 +389,6 @@ class RecordAdmission:
                 txn.check_can_send((topic, part))
 
 
-__all__ = ["BOUND_EXTRA", "FUTURE_ERRORS", "RECORD_OVERHEAD", "RecordAdmission", "bad_partition",
-           "bad_partitioner_result", "bad_timestamp", "check_headers", "check_timestamp", "check_topic",
-           "key_hash_miss", "record_size", "to_bytes"]
+__all__ = ["BOUND_EXTRA", "FUTURE_ERRORS", "MAX_PARTITION", "MAX_TIMESTAMP", "RECORD_OVERHEAD", "RecordAdmission",
+           "bad_partition", "bad_partitioner_result", "bad_timestamp", "beyond_any_topic", "check_headers",
+           "check_timestamp", "check_topic", "key_hash_miss", "record_size", "to_bytes"]

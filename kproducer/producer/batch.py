@@ -353,9 +353,12 @@ class ProducerBatch:
                 self._settled = True
                 event = self._event
         if thunks:
-            for callback, fut in thunks:
-                fut.fire(callback, self)
-            self._settle()
+            try:
+                for callback, fut in thunks:
+                    fut.fire(callback, self)  # (logs what a callback raises; see FutureRecordMetadata.fire)
+            finally:
+                # waiters are released even when a callback's KeyboardInterrupt reaches an application thread
+                self._settle()
         elif event is not None:
             event.set()
         return True
@@ -367,12 +370,14 @@ class ProducerBatch:
             thunks, self.thunks = self.thunks, None
             self.split_into = parts
             self._done = True
-        for callback, fut in thunks or ():
-            new_batch, _delta = parts[fut._delta]
-            fut._resolve()
-            if not new_batch.add_thunk(callback, fut):
-                fut.fire(callback, new_batch)
-        self._settle()
+        try:
+            for callback, fut in thunks or ():
+                new_batch, _delta = parts[fut._delta]
+                fut._resolve()
+                if not new_batch.add_thunk(callback, fut):
+                    fut.fire(callback, new_batch)
+        finally:
+            self._settle()
         # the parts hold copies of the records (and this batch's memory reservation): its buffer is dropped
         self.release()
 

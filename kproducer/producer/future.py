@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import logging
+import numbers
+import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..errors import KafkaTimeoutError
+from ..errors import KafkaTimeoutError, NetworkThreadWaitError
 from ..protocol.accel import speedups
 
 if TYPE_CHECKING:
@@ -26,6 +28,40 @@ class RecordMetadata(NamedTuple):
 
 
 Callback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
+
+
+def on_network_thread() -> bool:
+    """Whether the calling thread is a producer's network thread (kproducer.producer.sender.Sender), where send
+    callbacks run: nothing there may wait for a record, a flush or metadata (only that thread brings them)."""
+    return getattr(threading.current_thread(), "kproducer_network_thread", False) is True
+
+
+def network_thread_wait_error(call: str, why: str,
+                              hint: str = "wait outside the callback, or use the future's add_callback()"
+                              ) -> NetworkThreadWaitError:
+    """The error of a wait asked for on the network thread (see :func:`on_network_thread`)."""
+    return NetworkThreadWaitError(
+        f"{call} cannot wait on the producer's network thread (it was called from a send callback): {why}, and "
+        f"only that thread can change it: it would wait for itself (a deadlock); {hint}")
+
+
+def check_timeout(timeout: Any, call: str) -> Optional[float]:
+    """A wait's ``timeout`` (seconds) as a float, or None for no limit: None, +inf, or longer than the
+    ``threading`` module can wait (``threading.TIMEOUT_MAX``, about 292 years). A negative one times out at
+    once. TypeError when it is not a number (a bool is not one), ValueError for NaN, both naming ``call``."""
+    if timeout is None:
+        return None
+    given: Any = timeout  # (not narrowed by the checks below)
+    if type(timeout) is not float and type(timeout) is not int and (
+            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)):
+        raise TypeError(f"{call}: timeout must be a number of seconds or None, got {timeout!r}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int beyond a float: "forever", or at once for a negative one
+        return None if given > 0 else 0.0
+    if seconds != seconds:
+        raise ValueError(f"{call}: timeout must be a number of seconds or None, got {timeout!r}")
+    return None if seconds > threading.TIMEOUT_MAX else seconds
 
 
 class _FutureFieldsPy:
@@ -65,12 +101,16 @@ class FutureRecordMetadata(_FutureBase):
         return self._resolve().is_done()
 
     def get(self, timeout: Optional[float] = None) -> RecordMetadata:
-        """Block until the record is acknowledged; raise its error. ``timeout`` in seconds."""
+        """Block until the record is acknowledged; raise its error. ``timeout`` in seconds (None or inf: no
+        limit)."""
+        timeout = check_timeout(timeout, "future.get()")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             batch = self._resolve()
             if batch.is_done():
                 break
+            if on_network_thread():
+                raise network_thread_wait_error("future.get()", "the record is not acknowledged yet")
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0 or not batch.wait(remaining):
                 if self._resolve().is_done():
@@ -83,6 +123,7 @@ class FutureRecordMetadata(_FutureBase):
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """Wait like :meth:`get` and return the error (None on success)."""
+        timeout = check_timeout(timeout, "future.exception()")
         try:
             self.get(timeout)
         except KafkaTimeoutError as e:
@@ -122,6 +163,13 @@ class FutureRecordMetadata(_FutureBase):
                 callback(None, err)
         except Exception:
             log.exception("a producer callback raised; the producer carries on")
+        except BaseException as e:  # noqa: B902 - SystemExit, KeyboardInterrupt, an application's own subclass
+            if not on_network_thread():
+                raise  # (a callback run on the application's thread: Ctrl-C and sys.exit() are the application's)
+            # on the network thread nobody would see it, and the thread would end: log it and go on (as Java's
+            # ProducerBatch logs a callback's exception and goes on)
+            log.error("a producer callback raised %s; the network thread carries on", type(e).__name__,
+                      exc_info=True)
 
     def __repr__(self) -> str:
         b = self._batch
@@ -173,13 +221,19 @@ class BatchSendFuture:
     """The result of one ``send_batch()``: waits on the few batches the records went into, not on
     one future per record."""
 
-    __slots__ = ("topic", "count", "_segments", "_timestamp")
+    __slots__ = ("topic", "count", "_segments", "_timestamp", "_keys", "_values")
 
-    def __init__(self, topic: str, count: int, segments: List[Segment], timestamp: int) -> None:
+    def __init__(self, topic: str, count: int, segments: List[Segment], timestamp: int,
+                 keys: Optional[Sequence[Optional[bytes]]] = None,
+                 values: Optional[Sequence[Optional[bytes]]] = None) -> None:
+        """``keys`` / ``values``: the serialized keys and values, for the sizes :meth:`get` reports (held by
+        reference, not copied; -1 when not given)."""
         self.topic = topic
         self.count = count
         self._segments = segments
         self._timestamp = timestamp
+        self._keys = keys
+        self._values = values
 
     def _batches(self) -> List["ProducerBatch"]:
         out: Dict[int, "ProducerBatch"] = {}
@@ -197,13 +251,17 @@ class BatchSendFuture:
         return all(b.is_done() for b in self._batches())
 
     def wait(self, timeout: Optional[float] = None) -> None:
-        """Wait until every record is acknowledged or failed; raise the first error."""
+        """Wait until every record is acknowledged or failed; raise the first error. ``timeout`` in seconds
+        (None or inf: no limit)."""
+        timeout = check_timeout(timeout, "BatchSendFuture.wait()")
         deadline = None if timeout is None else time.monotonic() + timeout
         for b in self._batches():
             # a completed batch counts even while its callbacks still run (as FutureRecordMetadata.get and
             # done(): the asyncio producer resolves send_batch() from a callback, before the batch settles)
             if b.is_done():
                 continue
+            if on_network_thread():
+                raise network_thread_wait_error("BatchSendFuture.wait()", "its records are not all acknowledged yet")
             if not b.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) and not b.is_done():
                 raise KafkaTimeoutError(f"send_batch records not acknowledged within {timeout} s")
         err = self._first_error()
@@ -218,6 +276,7 @@ class BatchSendFuture:
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """The first error among the records (None when all succeeded), after waiting like :meth:`wait`."""
+        timeout = check_timeout(timeout, "BatchSendFuture.exception()")
         try:
             self.wait(timeout)
         except KafkaTimeoutError:
@@ -231,6 +290,7 @@ class BatchSendFuture:
         """Wait, then return every record's metadata in input order (raises the first error)."""
         self.wait(timeout)
         out: List[Optional[RecordMetadata]] = [None] * self.count
+        keys, values = self._keys, self._values
         for batch, first, n, idx in self._segments:
             for j in range(n):
                 b, delta = batch, first + j
@@ -238,7 +298,11 @@ class BatchSendFuture:
                     b, delta = b.split_into[delta]
                 offset = b.base_offset + delta if b.base_offset >= 0 else -1
                 ts = b.log_append_time if b.log_append_time >= 0 else self._timestamp
-                out[idx[j]] = RecordMetadata(b.topic, b.partition, offset, ts, -1, -1)
+                i = idx[j]
+                k = keys[i] if keys is not None else None
+                v = values[i] if values is not None else None
+                out[i] = RecordMetadata(b.topic, b.partition, offset, ts, -1 if k is None else len(k),
+                                        -1 if v is None else len(v))
         return out  # type: ignore[return-value]
 
     def partition_offsets(self) -> Dict[Tuple[str, int], Tuple[int, int]]:
@@ -271,4 +335,5 @@ class BatchSendFuture:
         return f"<BatchSendFuture {self.topic} records={self.count} {'done' if self.done() else 'pending'}>"
 
 
-__all__ = ["BatchSendFuture", "Callback", "FutureRecordMetadata", "RecordMetadata"]
+__all__ = ["BatchSendFuture", "Callback", "FutureRecordMetadata", "RecordMetadata", "check_timeout",
+           "network_thread_wait_error", "on_network_thread"]

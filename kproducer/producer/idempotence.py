@@ -24,6 +24,21 @@ MAX_EPOCH = 32767
 # a broker finds duplicates among the last 5 batches of each producer in a partition
 BROKER_DUPLICATE_WINDOW = 5
 _SEQUENCE_MASK = 0x7FFFFFFF
+_HALF_SEQUENCE_SPACE = 1 << 30
+
+
+def sequence_after(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes after ``b``. Sequences wrap to 0 after 2**31-1 (Java's
+    ``DefaultRecordBatch.incrementSequence``), so they compare in serial order (RFC 1982 on 31 bits): the
+    sequences a producer compares are never 2**30 apart."""
+    return 0 < ((a - b) & _SEQUENCE_MASK) < _HALF_SEQUENCE_SPACE
+
+
+def _oldest_first(st: "PartitionSequences") -> None:
+    """Sort a partition's batches in flight by sequence, oldest first: by how far each is behind the next
+    sequence (every batch in flight was numbered before it), which holds across the wrap."""
+    nxt = st.next_sequence
+    st.in_flight.sort(key=lambda b: (b.base_sequence - nxt) & _SEQUENCE_MASK)
 
 
 class ProducerIdAndEpoch(NamedTuple):
@@ -148,8 +163,8 @@ class IdempotenceState:
         in_flight = st.in_flight
         in_flight.append(batch)
         st.recent.append(batch)
-        if len(in_flight) > 1 and in_flight[-2].base_sequence > seq:  # kept sorted: rarely moves
-            in_flight.sort(key=lambda b: b.base_sequence)
+        if len(in_flight) > 1 and sequence_after(in_flight[-2].base_sequence, seq):  # kept sorted: rarely moves
+            _oldest_first(st)
         return True
 
     def add_split_batches(self, original: ProducerBatch, parts: List[ProducerBatch]) -> None:
@@ -164,7 +179,7 @@ class IdempotenceState:
             part.set_producer_state(original.producer_id, original.producer_epoch, seq, original.is_transactional)
             seq = (seq + part.record_count) & _SEQUENCE_MASK
             st.in_flight.append(part)
-        st.in_flight.sort(key=lambda b: b.base_sequence)
+        _oldest_first(st)
         # the parts take the original's place among the recent batches
         recent = list(st.recent)
         if original in recent:
@@ -218,7 +233,7 @@ class IdempotenceState:
                 in_flight.remove(batch)
             count = batch.builder._count
             last = batch.last_sequence  # (-1: no sequence)
-            if last >= 0 and (last > st.last_acked_sequence or st.last_acked_sequence < 0):
+            if last >= 0 and (st.last_acked_sequence < 0 or sequence_after(last, st.last_acked_sequence)):
                 st.last_acked_sequence = last
             if base_offset >= 0 and base_offset + count - 1 > st.last_acked_offset:
                 st.last_acked_offset = base_offset + count - 1
@@ -267,14 +282,15 @@ class IdempotenceState:
             if b.tp == failed.tp:
                 later.setdefault(id(b), b)
         for b in later.values():
-            if b is failed or not b.has_sequence() or not self.is_current(b) or b.base_sequence <= failed.base_sequence:
+            if b is failed or not b.has_sequence() or not self.is_current(b) \
+                    or not sequence_after(b.base_sequence, failed.base_sequence):
                 continue
-            new_sequence = b.base_sequence - count
+            new_sequence = (b.base_sequence - count) & _SEQUENCE_MASK
             log.info("moving the sequence of a batch for %s-%s from %d to %d (records before it failed)",
                      b.topic, b.partition, b.base_sequence, new_sequence)
             b.set_producer_state(b.producer_id, b.producer_epoch, new_sequence, b.is_transactional)
             b.reopened = True  # its OUT_OF_ORDER_SEQUENCE answer, if already sent, is retried
-        st.in_flight.sort(key=lambda b: b.base_sequence)
+        _oldest_first(st)
 
     def rewind_after_transaction(self) -> None:
         """A transaction ended (EndTxn answered) under the same epoch: every batch of it is done, and those

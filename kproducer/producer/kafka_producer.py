@@ -17,14 +17,17 @@ from ..errors import (
     AuthenticationError,
     KafkaError,
     KafkaTimeoutError,
+    NetworkThreadDiedError,
     NoBrokersAvailableError,
     ProducerClosedError,
     ProducerForkedError,
     TransactionAbortedError,
     TransactionError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
 )
 from ..network.metadata import PartitionInfo
-from ..network.selector import Selector
+from ..network.selector import SETUP_MAX_RECEIVE_SIZE, Selector
 from ..network.transport import Transport
 from ..protocol.accel import speedups
 from ..protocol.topic import check_topic_name
@@ -34,12 +37,15 @@ from .admission import (
     BOUND_EXTRA,
     FUTURE_ERRORS,
     HASH_CACHE_SIZE,
+    MAX_PARTITION,
+    MAX_TIMESTAMP,
     RECORD_OVERHEAD,
     Header,
     HeaderInput,
     RecordAdmission,
     bad_partition,
     bad_timestamp,
+    beyond_any_topic,
     check_headers,
     check_timestamp,
     check_topic,
@@ -48,7 +54,15 @@ from .admission import (
 )
 from .batch import ProducerBatch
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from .future import BatchSendFuture, Callback, FutureRecordMetadata, failed_future
+from .future import (
+    BatchSendFuture,
+    Callback,
+    FutureRecordMetadata,
+    check_timeout,
+    failed_future,
+    network_thread_wait_error,
+    on_network_thread,
+)
 from .interceptors import Interceptors, ProducerRecord, failure_metadata
 from .metrics import Metric
 from .partitioner import StickyPartitioner
@@ -80,7 +94,8 @@ class Producer:
         security = channel_security(cfg)
         selector = transport if transport is not None else Selector(
             max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes, cfg.receive_buffer_bytes,
-            ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup)
+            ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup,
+            setup_max_receive_size=SETUP_MAX_RECEIVE_SIZE)
         # the parts are wired by the one function the test harness uses too (kproducer.testing)
         parts = self._parts = wire_producer(cfg, clk, selector, client_id=self.client_id, security=security)
         self._metadata = parts.metadata
@@ -157,7 +172,7 @@ class Producer:
                 now = _monotonic() * 1000.0
                 if timestamp_ms is None:
                     timestamp = int(_wall() * 1000)
-                elif type(timestamp_ms) is int and timestamp_ms >= 0:
+                elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP:
                     timestamp = timestamp_ms
                 else:
                     raise bad_timestamp(timestamp_ms)
@@ -366,11 +381,18 @@ class Producer:
         groups = adm.groups(topic, n, single, per_record, keys, ks, values, vals, hs, num_partitions, cluster)
         adm.check_can_send(topic, [part for part, _idxs in groups])
         acc = self._accumulator
-        segments = self._append_groups(groups, start, lambda part, idxs, remaining, now, segs: acc.append_many(
-            topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segs))
+        try:
+            segments = self._append_groups(groups, start, lambda part, idxs, remaining, now, segs: acc.append_many(
+                topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segs))
+        except KafkaError as e:
+            # (e.g. no buffer memory within max.block.ms) records before the failing one may be queued already:
+            # an open transaction must not commit them without the others (as a failed send() makes it abortable)
+            if adm.txn is not None:
+                adm.txn.maybe_transition_to_error_state(e)
+            raise
         if adm.interceptors is not None and adm.interceptors.acknowledges:
             self._acknowledge_each(adm.interceptors, segments, timestamp, ks, vals)
-        return BatchSendFuture(topic, n, segments, timestamp)
+        return BatchSendFuture(topic, n, segments, timestamp, ks, vals)
 
     def _append_groups(self, groups: Sequence[Tuple[int, Sequence[int]]], start: float,
                        append: Callable[[int, Sequence[int], float, float, List[Any]], bool]) -> List[Any]:
@@ -429,6 +451,8 @@ class Producer:
         """Block until the topic's partitions are known; return their count. An illegal topic name fails at
         once (InvalidTopicError), as no broker would ever know it."""
         check_topic_name(topic)
+        if partition is not None and partition > MAX_PARTITION:
+            raise beyond_any_topic(partition, topic)  # (no metadata will ever list it: do not wait)
         md = self._metadata
         count = md.cluster.partition_counts.get(topic)
         if count is not None and (partition is None or partition < count):
@@ -437,11 +461,21 @@ class Producer:
         clock = self._clock
         started = clock.monotonic_ms()
         md.add_topic(topic)
+        if on_network_thread():
+            # (a send callback): only this thread fetches metadata; ask for it, for a later send, but do not wait
+            md.request_update_for_topic(topic)
+            raise network_thread_wait_error(
+                f"a wait for the metadata of topic {topic!r} (send(), send_batch(), partitions_for())",
+                "the topic's metadata is not known yet" if partition is None
+                else f"the topic's metadata does not have partition {partition} yet",
+                "call partitions_for(topic) before, outside the callback, so that its metadata is known")
         deadline = started + max_wait_ms
         auth_failures = md.auth_failures
         # a topic error is raised from an answer that came during this wait, never from an older one (Java
         # asks for fresh metadata first): a topic refused before may have been granted (an ACL added) since
         refreshed = False
+        answered_at = md.version  # (a metadata answer came during this wait when md.version moved past it)
+        warned = False
         while True:
             auth_error = md.authentication_error_since(auth_failures)
             if auth_error is not None:
@@ -455,6 +489,11 @@ class Producer:
             exc = md.topic_exception(topic)
             if exc is not None and refreshed:
                 raise exc
+            if not warned and count is None and refreshed and md.version > answered_at and \
+                    cluster.topic_errors.get(topic) == UnknownTopicOrPartitionError.code:
+                warned = True  # (Java logs each such answer at WARN; here once per wait)
+                log.warning("Topic %r: %s; waiting up to max.block.ms=%.0f for it to be created", topic,
+                            self._unknown_topic_reason(), max_wait_ms)
             if self._closed:
                 raise ProducerClosedError("the producer was closed while waiting for metadata")
             if self._sender.fatal_error is not None:
@@ -467,25 +506,56 @@ class Producer:
                     raise KafkaTimeoutError(
                         f"Partition {partition} of topic {topic!r} with partition count {count} is not present "
                         f"in metadata after {max_wait_ms:.0f} ms (max.block.ms)")
+                code = cluster.topic_errors.get(topic)
+                if code is not None and md.version > answered_at:
+                    # the broker answered: say what, not "or no broker is reachable"
+                    broker_error = error_for_code(code)
+                    reason = self._unknown_topic_reason() if code == UnknownTopicOrPartitionError.code else \
+                        f"{self._answered_by()} answered {broker_error.name} for it"
+                    raise KafkaTimeoutError(
+                        f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): "
+                        f"{reason}") from broker_error
                 errors = self._client.describe_connection_errors()
-                raise (KafkaTimeoutError if self._client.ever_connected else NoBrokersAvailableError)(
-                    f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): it may "
-                    "not exist (and auto-creation is off), or no broker is reachable"
+                if not self._client.ever_connected:
+                    raise NoBrokersAvailableError(
+                        f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): no "
+                        "broker is reachable (check bootstrap.servers and that the brokers are up)"
+                        + (f"; last connection errors: {errors}" if errors else ""))
+                raise KafkaTimeoutError(
+                    f"Topic {topic!r} not present in metadata after {max_wait_ms:.0f} ms (max.block.ms): no "
+                    "broker answered a metadata request during the wait"
                     + (f"; last connection errors: {errors}" if errors else ""))
             version = md.request_update_for_topic(topic)
             self._sender.wakeup()
             md.await_update(version, remaining, auth_failures)
             refreshed = True
 
+    def _answered_by(self) -> str:
+        answered = self._metadata.answered_by
+        return f"broker {answered[0]} ({answered[1]})" if answered is not None else "the broker"
+
+    def _unknown_topic_reason(self) -> str:
+        """What an UNKNOWN_TOPIC_OR_PARTITION answer for a topic means: it does not exist and the broker did
+        not create it, because this producer or the broker has auto-creation off."""
+        why = "this producer has allow.auto.create.topics=false" if not self.config.allow_auto_create_topics \
+            else "the broker does not create topics on metadata requests (auto.create.topics.enable=false)"
+        return (f"{self._answered_by()} answered UNKNOWN_TOPIC_OR_PARTITION: the topic does not exist and {why}; "
+                "create it first (kafka-topics.sh --create), or check its name")
+
     # -- flush / close ---------------------------------------------------------------------------
 
     def flush(self, timeout: Optional[float] = None) -> None:
-        """Send everything queued now and wait until it is acknowledged or failed. ``timeout`` in seconds;
-        KafkaTimeoutError when it passes first."""
+        """Send everything queued now and wait until it is acknowledged or failed. ``timeout`` in seconds (None
+        or inf: no limit); KafkaTimeoutError when it passes first."""
+        timeout = check_timeout(timeout, "flush()")
         if self._forked:
             self._raise_closed("flush()")
-        if threading.current_thread() is self._sender:
-            raise KafkaError("flush() cannot be called from a producer callback (it would deadlock)")
+        if on_network_thread():
+            raise network_thread_wait_error("flush()", "the records are not acknowledged yet",
+                                            "flush outside the callback")
+        died = self._sender.died_error
+        if died is not None:
+            raise died
         acc = self._accumulator
         auth_failures = self._sender.authentication_failures
         started = self._monotonic_ms()
@@ -498,6 +568,9 @@ class Producer:
             acc.end_flush()
             # flush-time-ns-total (Java records it however the wait ends)
             self._sender.metrics.record_call_time("flush", self._monotonic_ms() - started)
+        died = self._sender.died_error
+        if died is not None:  # (the network thread died during the flush: it failed the records)
+            raise died
         # records that could not be delivered because a broker refused our credentials or TLS settings
         # failed with that error: say so here too, as a misconfiguration is not a per-record problem;
         # likewise when no broker can be reached at all because of it (records may have failed earlier)
@@ -514,6 +587,7 @@ class Producer:
 
         In a child process that inherited this producer through fork(), close() only drops the child's
         copy: nothing is sent (the connections belong to the parent) and nothing is raised."""
+        timeout = check_timeout(timeout, "close()")
         if self._forked:
             log.debug("close() of %s in a forked child: dropping the inherited producer", self.client_id)
             return
@@ -533,13 +607,19 @@ class Producer:
         if timeout is None or timeout > 0:
             self._sender.join(timeout)
         if self._sender.is_alive():
-            log.warning("close(timeout=%s) expired with records pending: failing them", timeout)
+            if self._accumulator.has_incomplete():
+                log.warning("close(timeout=%s) expired with records pending: failing them", timeout)
+            else:  # (nothing was sent, or everything is acknowledged: no record is failed)
+                log.debug("close(timeout=%s): stopping the network thread", timeout)
             self._sender.force_stop()
             self._sender.join(30)
         self._metadata.close()
         self._pool.close()
         self._close_plugins()
         log.info("kproducer %s closed", self.client_id)
+        died = self._sender.died_error
+        if died is not None:  # (said by the first close(); the records not acknowledged failed with it)
+            raise died
 
     def _close_plugins(self) -> None:
         """Interceptors, serializers and partitioner with a close(): closed once, errors logged (plugins.py)."""
@@ -553,7 +633,11 @@ class Producer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        try:
+            self.close()
+        except NetworkThreadDiedError:
+            if exc[0] is None:
+                raise  # (else the exception leaving the block is the one to see)
 
     # -- fork (see lifecycle.py) -----------------------------------------------------------------
 
@@ -580,8 +664,9 @@ class Producer:
 
     # -- transactions ----------------------------------------------------------------------------
 
-    def _block_s(self, timeout: Optional[float]) -> float:
-        return self._max_block_ms / 1000.0 if timeout is None else timeout
+    def _block_s(self, timeout: Optional[float]) -> Optional[float]:
+        """A transactional call's wait: max.block.ms, or ``timeout`` seconds (inf: no limit)."""
+        return self._max_block_ms / 1000.0 if timeout is None else check_timeout(timeout, "the transactional call")
 
     def _transactions(self) -> TransactionManager:
         self._check_open()
@@ -592,7 +677,10 @@ class Producer:
 
     def init_transactions(self, timeout: Optional[float] = None) -> None:
         """Register the transactional.id with its coordinator (fencing older producers with the same id)
-        and get a producer id. Call once, before the first transaction; waits up to max.block.ms."""
+        and get a producer id. Call once, before the first transaction; waits up to max.block.ms. After a
+        timeout call it again (it continues in the background; the retry gets its outcome). When the
+        coordinator refuses it (TransactionalIdAuthorizationFailedError, ClusterAuthorizationFailedError) it
+        may be called again once the ACLs allow it, as in Java."""
         txn = self._transactions()
         started = self._monotonic_ms()
         self._await_result(txn.init_transactions(), timeout, "txn-init", started)
@@ -612,31 +700,40 @@ class Producer:
         ``{(topic, partition): OffsetAndMetadata(offset, metadata)}``) for a consumer group as part of the
         transaction (consume-transform-produce). ``group_id`` is the consumer's :class:`ConsumerGroupMetadata`
         (its generation and member ids let the coordinator fence a zombie consumer, TxnOffsetCommit v3+),
-        or a bare group id (then ``generation_id``, ``member_id`` and ``group_instance_id`` may be given)."""
+        or a bare group id (then ``generation_id``, ``member_id`` and ``group_instance_id`` may be given).
+        No offsets (``{}``): nothing is sent, as in Java."""
         txn = self._transactions()
         group = group_id
         if isinstance(group, str):
             group = ConsumerGroupMetadata(group, generation_id, member_id, group_instance_id)
+        if not offsets:
+            if not isinstance(group, ConsumerGroupMetadata):
+                raise TypeError(f"group_id must be a group id (str) or a ConsumerGroupMetadata, got "
+                                f"{type(group).__name__}")
+            return  # (Java's sendOffsetsToTransaction: no AddOffsetsToTxn, no TxnOffsetCommit, no metric)
         started = self._monotonic_ms()
-        self._await_result(txn.send_offsets_to_transaction(offsets, group), timeout,
-                           "txn-send-offsets" if offsets else None, started)  # (Java times only a call with offsets)
+        self._await_result(txn.send_offsets_to_transaction(offsets, group), timeout, "txn-send-offsets", started)
 
     def commit_transaction(self, timeout: Optional[float] = None) -> None:
         """Flush the transaction's records and commit it. Raises TransactionError when a record failed
-        (the record's error is its ``__cause__``; then call abort_transaction()). After a timeout the commit
-        goes on in the background: call commit_transaction() again to wait for it."""
+        (the record's error is its ``__cause__``; then call abort_transaction()). After a timeout
+        (KafkaTimeoutError) the commit goes on in the background: call commit_transaction() again to get its
+        outcome (also when it completed meanwhile); no other transactional call is accepted until then
+        (PendingCallError), as in Java."""
         txn = self._transactions()
         started = self._monotonic_ms()
         self._await_result(txn.begin_commit(), timeout, "txn-commit", started)
 
     def abort_transaction(self, timeout: Optional[float] = None) -> None:
         """Abort the transaction: unsent records fail with TransactionAbortedError; what was written is
-        marked aborted for read_committed consumers. Refused (IllegalStateError) while a commit is pending."""
+        marked aborted for read_committed consumers. Refused (IllegalStateError) while a commit is pending.
+        A timeout is retried as commit_transaction()'s is."""
         txn = self._transactions()
         started = self._monotonic_ms()
         result = txn.begin_abort()
+        # (without an epoch bump a record sent before and awaiting its retry is sent still, before EndTxn)
         self._accumulator.abort_undrained_batches(TransactionAbortedError(
-            "the transaction was aborted before this record was sent"))
+            "the transaction was aborted before this record was sent"), keep_sequenced=txn.abort_keeps_sent_batches())
         self._await_result(result, timeout, "txn-abort", started)
 
     def _await_result(self, result: TransactionalRequestResult, timeout: Optional[float], timer: Optional[str],
@@ -661,7 +758,11 @@ class Producer:
         """The topic's partitions (waiting up to max.block.ms, or ``timeout`` seconds, for metadata)."""
         if self._forked:
             self._raise_closed("partitions_for()")
-        wait_ms = self._max_block_ms if timeout is None else timeout * 1000.0
+        if timeout is None:
+            wait_ms = float(self._max_block_ms)
+        else:
+            seconds = check_timeout(timeout, "partitions_for()")
+            wait_ms = float("inf") if seconds is None else seconds * 1000.0
         self._wait_on_metadata(topic, None, wait_ms)
         return list(self._metadata.cluster.partitions.get(topic, ()))
 

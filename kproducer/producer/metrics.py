@@ -259,6 +259,7 @@ GAUGES: Tuple[Tuple[str, str], ...] = (
     ("requests-in-flight", "The current number of in-flight requests awaiting a response."),
     ("metadata-age", "The age in seconds of the current producer metadata being used."),
     ("queued-batches", "The number of batches waiting in the accumulator to be sent (kproducer)."),
+    ("connection-count", "The current number of active connections."),
 )
 TOPIC_METRICS: Tuple[Tuple[str, str], ...] = (
     ("record-send-rate", "The average number of records sent per second for a topic."),
@@ -416,6 +417,8 @@ class ProducerMetrics:
             self._gauges["queued-batches"] = lambda: float(accumulator.queued_batches())
         if client is not None:
             self._gauges["requests-in-flight"] = lambda: float(client.in_flight_count())
+            # (Java's Selector: its channels, connecting ones included)
+            self._gauges["connection-count"] = lambda: float(len(client.selector.channel_ids()))
         if metadata is not None:
             clock = self.clock
             self._gauges["metadata-age"] = lambda: (clock.monotonic_ms() - metadata.last_successful_refresh_ms) / 1000.0

@@ -13,6 +13,7 @@ from ..errors import (
     KafkaTimeoutError,
     MessageTooLargeError,
     NetworkError,
+    NetworkThreadDiedError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     ProducerClosedError,
@@ -29,6 +30,7 @@ from ..protocol import messages as m
 from ..protocol.errors import NO_ERROR, error_class_for_code
 from .accumulator import ReadyCheckResult, RecordAccumulator
 from .batch import ProducerBatch
+from .expiry_log import ExpiryLog, expiry_reason
 from .metrics import ProducerMetrics
 from .transaction_manager import (
     CoordinatorType,
@@ -46,9 +48,19 @@ _SEQUENCE_ERRORS = (OutOfOrderSequenceNumberError, UnknownProducerIdError)
 # errors whose partition response may name the current leader (KIP-951, Produce v10+)
 _LEADER_HINT_ERRORS = (NotLeaderOrFollowerError.code, FencedLeaderEpochError.code)
 
+#: an unexpected error that recurs in every sender iteration is logged the first time (with its traceback), then
+#: at most once per this many seconds, with how often it recurred meanwhile
+REPEATED_ERROR_LOG_INTERVAL_S = 10.0
+#: how long the sender pauses after an unexpected error in an iteration (no hot loop on a persistent bug)
+_ERROR_PAUSE_MS = 10.0
+
 
 class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers and completes them."""
+
+    #: marks the thread on which send callbacks run (kproducer.producer.future.on_network_thread): nothing run
+    #: there may wait for this thread
+    kproducer_network_thread = True
 
     def __init__(
         self,
@@ -79,6 +91,9 @@ class Sender(threading.Thread):
         self.txn = transaction_manager
         self.metrics = metrics or ProducerMetrics(clock)
         self.metrics.watch(client, accumulator, metadata)
+        #: expired records, logged counted and rate-limited (issue 30)
+        self.expiry_log = ExpiryLog(accumulator.delivery_timeout_ms)
+        self._fatal_reported = False  # (a transaction's fatal error was handed to client.report_error)
         self.retry_backoff_ms = retry_backoff_ms
         self.clock = clock
         self.running = True
@@ -93,6 +108,13 @@ class Sender(threading.Thread):
         #: how many times queued batches were failed because a broker refused our credentials, and why
         self.authentication_failures = 0
         self.last_authentication_error: Optional[KafkaError] = None
+        #: why the thread ended early (an error escaped its loop); also its fatal_error. None while it runs
+        self.died_error: Optional[NetworkThreadDiedError] = None
+        # the last unexpected error of an iteration (type, message, where), when it was last logged, and how
+        # often it recurred since (logged with backoff: REPEATED_ERROR_LOG_INTERVAL_S)
+        self._loop_error_key: Optional[Tuple[Any, ...]] = None
+        self._loop_error_logged_ms = 0.0
+        self._loop_error_repeats = 0
 
     # -- thread ----------------------------------------------------------------------------------
 
@@ -106,6 +128,8 @@ class Sender(threading.Thread):
         self._fatal_error = exc
         if exc is not None:
             self.accumulator.gate[0] = 0  # the compiled send() hands records to the Python one, which raises it
+            if isinstance(exc, KafkaError):
+                self.client.report_error(exc)  # (error_cb)
 
     def run(self) -> None:
         log.debug("sender thread started")
@@ -118,36 +142,104 @@ class Sender(threading.Thread):
             ):
                 self._run_once_safely()
             txn = self.txn
-            if not self.force_close and txn is not None and txn.is_transactional \
-                    and (txn.is_in_transaction() or txn.has_abortable_error()):
-                # Java: an open transaction is aborted at close; one being committed or aborted finishes
+            # Java: an open transaction is aborted at close; one being committed or aborted finishes
+            if not self.force_close and txn is not None and txn.is_transactional and txn.abort_at_close():
                 log.info("aborting the open transaction because the producer is closing")
-                txn.begin_abort()
                 self.accumulator.abort_undrained_batches(TransactionAbortedError(
-                    "the producer was closed before this record of an open transaction was sent"))
+                    "the producer was closed before this record of an open transaction was sent"),
+                    keep_sequenced=txn.abort_keeps_sent_batches())
                 while not self.force_close and (self._txn_pending() or self.client.has_in_flight()):
                     self._run_once_safely()
             if self.force_close:
                 self.accumulator.abort_incomplete_batches(
                     ProducerClosedError("the producer was closed forcefully before these records were sent")
                 )
+            if txn is not None and txn.is_transactional:
+                # nothing is sent any more: no transactional call may wait for it (e.g. an InitProducerId
+                # being retried, which a close does not wait for, as in Java)
+                txn.close(forced=self.force_close)
+        except BaseException as e:  # noqa: B902 - whatever ends the thread must not end it silently
+            self._die(e)
         finally:
+            self.expiry_log.flush()
             self.client.close()
             log.debug("sender thread stopped")
 
+    def _die(self, cause: BaseException) -> None:
+        """An error escaped the loop (``_run_once_safely`` carries on after an Exception; this is anything
+        else, or a failure outside an iteration): the thread ends, so the producer turns fatal. send(),
+        flush() and close() raise NetworkThreadDiedError (``fatal_error``), every record not acknowledged fails
+        with it, a transactional call waiting for its result ends with it, a send() waiting for metadata too."""
+        error = NetworkThreadDiedError(
+            f"the producer's network thread died of {type(cause).__name__}: {cause}; the producer cannot send "
+            "any more: close it and create a new one")
+        error.__cause__ = cause
+        log.error("the producer's network thread died; records not yet acknowledged fail, and the producer can "
+                  "only be closed", exc_info=cause)
+        self.died_error = error
+        self.running = False
+        self.fatal_error = error  # (send() raises it; the compiled send()'s gate closes)
+        steps = (
+            self.accumulator.close,  # no record is queued from now on (appends check under the lock)
+            lambda: self.accumulator.abort_incomplete_batches(error),  # queued and in flight
+            self._fail_transaction_calls,
+            self.metadata.close,  # wakes send()s waiting for metadata: they find fatal_error
+        )
+        for step in steps:
+            try:
+                step()
+            except BaseException:  # noqa: B902 - each step is tried: nothing may be left waiting
+                log.error("while failing the records of the dead network thread", exc_info=True)
+
+    def _fail_transaction_calls(self) -> None:
+        txn = self.txn
+        error = self.died_error
+        if txn is not None and txn.is_transactional and error is not None and not txn.has_fatal_error():
+            txn._transition_to_fatal_error(error)  # (the waiting commit/abort/init call ends with it)
+
     def _txn_pending(self) -> bool:
-        return self.txn is not None and self.txn.is_transactional and self.txn.has_pending_requests() \
-            and not self.txn.has_fatal_error()
+        """What a closing producer still owes the coordinator: the requests of an ongoing transaction."""
+        return self.txn is not None and self.txn.is_transactional and self.txn.has_pending_transaction_requests()
 
     def _run_once_safely(self) -> None:
         try:
             self.run_once()
-        except Exception:
-            log.exception("unexpected error in the kproducer sender thread; it carries on")
+        except Exception as e:
+            self._log_loop_error(e)
+            # the iteration did not get to it: records still fail at delivery.timeout.ms (an error that
+            # recurs in every iteration must not keep them pending for ever)
+            try:
+                self._fail_expired_batches(self.clock.monotonic_ms())
+            except Exception as expiry_error:
+                self._log_loop_error(expiry_error)
             # avoid a hot loop on a persistent bug (Condition.wait needs its lock held)
             pause = threading.Condition()
             with pause:
-                self.clock.wait(pause, 10)
+                self.clock.wait(pause, _ERROR_PAUSE_MS)
+
+    def _log_loop_error(self, e: Exception) -> None:
+        """Log an unexpected error of a sender iteration: with its traceback the first time; the same error
+        (type, message and where it was raised) again only once per REPEATED_ERROR_LOG_INTERVAL_S, with how
+        often it recurred meanwhile (a persistent bug would otherwise write a traceback per iteration)."""
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else None
+        key = (type(e), str(e), where)
+        now = self.clock.monotonic_ms()
+        if key == self._loop_error_key:
+            self._loop_error_repeats += 1
+            if now - self._loop_error_logged_ms < REPEATED_ERROR_LOG_INTERVAL_S * 1000.0:
+                return
+            log.error("unexpected error in the kproducer sender thread (%s: %s), %d times in the last %.0f s; "
+                      "it carries on", type(e).__name__, e, self._loop_error_repeats,
+                      (now - self._loop_error_logged_ms) / 1000.0, exc_info=e)
+        else:
+            log.error("unexpected error in the kproducer sender thread; it carries on (the same error again is "
+                      "logged at most once per %.0f s)", REPEATED_ERROR_LOG_INTERVAL_S, exc_info=e)
+            self._loop_error_key = key
+        self._loop_error_logged_ms = now
+        self._loop_error_repeats = 0
 
     def initiate_close(self) -> None:
         """Stop accepting records and drain what is queued."""
@@ -157,6 +249,9 @@ class Sender(threading.Thread):
 
     def force_stop(self) -> None:
         self.force_close = True
+        txn = self.txn
+        if txn is not None and txn.is_transactional:
+            txn.close(forced=True)  # a thread waiting in commit_transaction() fails now, not at max.block.ms
         self.initiate_close()
 
     def wakeup(self) -> None:
@@ -204,14 +299,19 @@ class Sender(threading.Thread):
             client.poll(self.retry_backoff_ms, now)
             return True
         if txn.has_fatal_error():
+            if not self._fatal_reported and isinstance(txn.last_error, KafkaError):
+                self._fatal_reported = True
+                client.report_error(txn.last_error)  # (error_cb)
             if acc.has_undrained():
                 acc.abort_undrained_batches(txn.last_error or KafkaError("fatal transaction error"))
             client.poll(self.retry_backoff_ms, now)
             return True
         if (txn.has_abortable_error() or txn.is_aborting()) and acc.has_undrained():
-            # nothing more of this transaction is sent: fail what is still queued
+            # nothing more of this transaction is sent: fail what is still queued (without an epoch bump,
+            # a batch awaiting its retry is sent still, before EndTxn)
             acc.abort_undrained_batches(txn.last_error or TransactionAbortedError(
-                "the transaction is being aborted; this record was not sent"))
+                "the transaction is being aborted; this record was not sent"),
+                keep_sequenced=txn.abort_keeps_sent_batches())
         retry_at = txn.peek_retry_at()
         if retry_at > now:
             # back off (as Java's sender sleeps), but wake up when the retry is due: nothing else may
@@ -299,12 +399,19 @@ class Sender(threading.Thread):
             return
         error = next(iter(failures.values()))
         txn = self.txn
+
+        def tell(batches: List[ProducerBatch]) -> None:
+            # (as every failed batch, through the transaction manager: an open transaction becomes abortable)
+            if txn is not None:
+                txn.handle_aborted_batches(batches, error)
+
         if txn is not None and not txn.is_transactional and not txn.has_producer_id():
-            aborted = self.accumulator.abort_undrained_batches(error)
+            aborted = self.accumulator.abort_undrained_batches(error, before_failing=tell)
         else:
             cluster = self.metadata.cluster
             partitions = {tp for node in failures for tp in cluster.partitions_for_node(node)}
-            aborted = self.accumulator.abort_undrained_batches(error, partitions) if partitions else []
+            aborted = self.accumulator.abort_undrained_batches(error, partitions, before_failing=tell) \
+                if partitions else []
         if aborted:
             self.authentication_failures += 1
             self.last_authentication_error = error
@@ -459,7 +566,9 @@ class Sender(threading.Thread):
         acc = self.accumulator
         expired = acc.expired_batches(now)
         expired_in_flight = self._expired_in_flight_batches(now) if now >= self._next_in_flight_expiry else []
+        expiry_log = self.expiry_log
         for b in expired:
+            expiry_log.expired(b, expiry_reason(b, self.metadata, self.client, False))
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
                 f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
@@ -467,10 +576,12 @@ class Sender(threading.Thread):
                 + ("the batch was never sent" if b.attempts == 0 else
                    f"it was waiting to be retried after {b.attempts} failed attempt(s)")), b.attempts > 0)
         for b in expired_in_flight:
+            expiry_log.expired(b, expiry_reason(b, self.metadata, self.client, True))
             self._fail_batch(b, KafkaTimeoutError(
                 f"Expiring {b.record_count} record(s) for {b.topic}-{b.partition}: "
                 f"{now - b.created_ms:.0f} ms has passed since batch creation (delivery.timeout.ms="
                 f"{acc.delivery_timeout_ms:.0f}) while the batch was in flight"), True)
+        expiry_log.maybe_log(now)
 
     def _expired_in_flight_batches(self, now: float) -> List[ProducerBatch]:
         """Take the in-flight batches past delivery.timeout.ms off the in-flight lists (those not done yet are

@@ -33,6 +33,7 @@ from ..errors import (
     KafkaTimeoutError,
     OperationNotAttemptedError,
     OutOfOrderSequenceNumberError,
+    ProducerClosedError,
     ProducerFencedError,
     TransactionAbortedError,
     TransactionalIdAuthorizationFailedError,
@@ -101,6 +102,9 @@ VALID_SOURCES: Dict[State, Tuple[State, ...]] = {
 # --------------------------------------------------------------------------------------------
 # 2. results
 
+#: the calls whose result a retry after a timeout gets again (Java's handleCachedTransactionRequestResult)
+_CACHED_CALLS = ("init_transactions", "commit_transaction", "abort_transaction")
+
 
 class TransactionalRequestResult:
     """What an application thread waits on while the sender performs a transactional step."""
@@ -109,6 +113,10 @@ class TransactionalRequestResult:
         self.operation = operation
         self._event = threading.Event()
         self.error: Optional[BaseException] = None
+        #: the application saw the outcome (a wait() that did not time out): Java's ``isAcked``. A call that
+        #: timed out leaves it False, and a retry of that call gets this result again (see
+        #: ``TransactionManager._cached``)
+        self.acked = False
 
     def done(self, error: Optional[BaseException] = None) -> None:
         if not self._event.is_set():
@@ -120,12 +128,31 @@ class TransactionalRequestResult:
 
     def wait(self, timeout_s: Optional[float]) -> None:
         if not self._event.wait(timeout_s):
+            then = (f"call {self.operation}() again to wait for its outcome" if self.operation in _CACHED_CALLS
+                    else "it may be retried")
             raise KafkaTimeoutError(
                 f"{self.operation} did not complete within {timeout_s} s (max.block.ms); it continues in the "
-                "background and may be retried by calling it again"
+                f"background: {then}"
             )
+        self.acked = True
         if self.error is not None:
             raise self.error
+
+
+class _PendingTransition(NamedTuple):
+    """Java's ``PendingStateTransition``: the result of the last init/commit/abort call, the state that call
+    moves to, and its name, kept until the application has seen the outcome (``result.acked``)."""
+
+    result: TransactionalRequestResult
+    state: "State"
+    operation: str
+
+
+class PendingCallError(IllegalStateError, TransactionError):
+    """A transactional call while an earlier ``init_transactions()`` / ``commit_transaction()`` /
+    ``abort_transaction()`` has not returned its outcome (it timed out, or another thread still waits for
+    it): Java's IllegalStateException "... because the previous call to ... timed out and must be retried".
+    Call that one again first."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,6 +314,13 @@ class InitProducerIdHandler(TxnRequestHandler):
             self.result.done()
             return Outcome.SUCCESS
         cls = _error_class(code)
+        if cls in (TransactionalIdAuthorizationFailedError, ClusterAuthorizationFailedError):
+            # Java: an abortable error, then (Sender.shouldHandleAuthorizationError) UNINITIALIZED, so that
+            # init_transactions() may be called again once the ACL is fixed
+            error = error_for_code(code)
+            self.manager._authorization_failed(error)
+            self.result.done(error)
+            return Outcome.FAILED
         if self.bump and not (cls.retriable or cls.coordinator_moved or cls.fenced or cls.txn_fatal):
             # The broker advertised InitProducerId v3 but refused the bump (tansu answers UNKNOWN_SERVER_ERROR).
             # An InitProducerId without the current id also gives this transactional id a new epoch (it is
@@ -320,14 +354,19 @@ class AddPartitionsToTxnHandler(TxnRequestHandler):
         for topic in body["results"]:
             for pr in topic["results_by_partition"]:
                 errors[(topic["name"], pr["partition_index"])] = pr["partition_error_code"]
+        manager = self.manager
         for code in errors.values():
             if code == NO_ERROR or code == OperationNotAttemptedError.code:
                 continue
             cls = _error_class(code)
             if cls.coordinator_moved or cls.retriable or cls.fenced or cls.txn_fatal \
                     or cls in (UnknownProducerIdError, InvalidProducerIdMappingError):
-                return self.common_error(code)  # retried, or the producer cannot go on
-        manager = self.manager
+                outcome = self.common_error(code)  # retried, or the transaction (or producer) cannot go on
+                if outcome is Outcome.FAILED:
+                    # the partitions are not pending any more (an abort must not wait for them)
+                    manager.pending_partitions.difference_update(self.partitions)
+                    manager.pending_partitions.difference_update(errors)
+                return outcome
         # as Java: the partitions leave the pending set whatever the answer
         manager.pending_partitions.difference_update(errors)
         failed = [(tp, code) for tp, code in errors.items() if code != NO_ERROR]
@@ -465,7 +504,8 @@ class TransactionManager:
         self._coordinators: Dict[CoordinatorKey, int] = {}
         self._coordinator_addresses: Dict[int, Tuple[str, int]] = {}
         self._in_flight: Optional[TxnRequestHandler] = None
-        self._pending_result: Optional[TransactionalRequestResult] = None
+        #: the last init/commit/abort call until the application saw its outcome (Java's pendingTransition)
+        self._pending: Optional[_PendingTransition] = None
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -488,7 +528,9 @@ class TransactionManager:
 
     def _transition_to_abortable_error(self, error: BaseException) -> None:
         with self._lock:
-            if self._state in (State.ABORTING_TRANSACTION, State.FATAL_ERROR):
+            if self._state in (State.ABORTING_TRANSACTION, State.FATAL_ERROR, State.ABORTABLE_ERROR):
+                # (already abortable: the first error stays the cause, which the commit's error names; Java
+                # keeps the latest, usually a consequence of the first)
                 log.debug("not moving to ABORTABLE_ERROR in %s: %s", self._state, error)
                 return
             if self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
@@ -503,8 +545,25 @@ class TransactionManager:
             queued, self._queue = self._queue, []
             for _p, _o, handler in queued:
                 handler.result.done(error)
-            if self._pending_result is not None:
-                self._pending_result.done(error)
+            if self._pending is not None:
+                self._pending.result.done(error)
+
+    def _authorization_failed(self, error: BaseException) -> None:
+        """InitProducerId was refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED).
+        Java moves to ABORTABLE_ERROR and its sender then to UNINITIALIZED (``shouldHandleAuthorizationError``),
+        failing what was queued: ``init_transactions()`` may be called again once the ACLs allow it."""
+        with self._lock:
+            if self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
+                self._transition_to_fatal_error(error)
+                return
+            log.warning("the transaction coordinator refused InitProducerId: %s; init_transactions() may be "
+                        "called again once the ACLs allow it", error)
+            self._transition(State.ABORTABLE_ERROR, error)
+            queued, self._queue = self._queue, []
+            for _p, _o, handler in queued:
+                handler.result.done(error)
+            self.epoch_bump_required = False
+            self._transition(State.UNINITIALIZED)
 
     @property
     def last_error(self) -> Optional[BaseException]:
@@ -561,31 +620,57 @@ class TransactionManager:
         error.__cause__ = cause
         return error
 
-    def _cached_result(self, operation: str) -> Optional[TransactionalRequestResult]:
-        """A retried call (after a timeout) waits for the same attempt, as Java's handleCachedTransactionRequestResult."""
-        result = self._pending_result
-        if result is not None and result.operation == operation and not result.is_done():
-            return result
-        return None
+    def _cached(self, operation: str, target: State,
+                start: Callable[[], TransactionalRequestResult]) -> TransactionalRequestResult:
+        """Java's ``handleCachedTransactionRequestResult``: a call repeated after its wait timed out gets the
+        same result (pending, or completed in the background meanwhile) until the application has seen its
+        outcome; another of these calls is refused meanwhile. Else ``start()`` begins a new one."""
+        pending = self._pending
+        if pending is not None:
+            if pending.result.acked:
+                self._pending = None
+            elif pending.state is not target:
+                raise self._pending_call_error(operation, pending)
+            else:
+                return pending.result
+        result = start()
+        self._pending = _PendingTransition(result, target, operation)
+        return result
+
+    def _throw_if_pending(self, operation: str) -> None:
+        """Java's ``throwIfPendingState``: nothing else while a timed-out call was not repeated to its outcome."""
+        pending = self._pending
+        if pending is not None:
+            if pending.result.acked:
+                self._pending = None
+            else:
+                raise self._pending_call_error(operation, pending)
+
+    @staticmethod
+    def _pending_call_error(operation: str, pending: _PendingTransition) -> PendingCallError:
+        return PendingCallError(
+            f"{operation}() refused: the previous call to {pending.operation}() timed out (or another thread still "
+            f"waits for it), so {pending.operation}() is pending: call {pending.operation}() again to wait for its "
+            "outcome")
 
     def init_transactions(self) -> TransactionalRequestResult:
         self._require_transactional()
         with self._lock:
             self._check_not_fatal()
-            cached = self._cached_result("init_transactions")
-            if cached is not None:
-                return cached
-            if self._state != State.UNINITIALIZED:
-                raise TransactionError(f"init_transactions() was already called (state {self._state})")
-            self._transition(State.INITIALIZING)
-            handler = InitProducerIdHandler(self, bump=False)
-            self._enqueue(handler)
-            self._pending_result = handler.result
-            return handler.result
+            return self._cached("init_transactions", State.INITIALIZING, self._start_init)
+
+    def _start_init(self) -> TransactionalRequestResult:
+        if self._state != State.UNINITIALIZED:
+            raise TransactionError(f"init_transactions() was already called (state {self._state})")
+        self._transition(State.INITIALIZING)
+        handler = InitProducerIdHandler(self, bump=False)
+        self._enqueue(handler)
+        return handler.result
 
     def begin_transaction(self) -> None:
         self._require_transactional()
         with self._lock:
+            self._throw_if_pending("begin_transaction")
             self._check_not_fatal()
             if self._state in (State.UNINITIALIZED, State.INITIALIZING):
                 raise TransactionError("call init_transactions() before begin_transaction()")
@@ -605,6 +690,7 @@ class TransactionManager:
         if not isinstance(metadata, ConsumerGroupMetadata):
             raise TypeError(f"group must be a group id (str) or a ConsumerGroupMetadata, got {type(group).__name__}")
         with self._lock:
+            self._throw_if_pending("send_offsets_to_transaction")
             self._check_not_fatal()
             if self._state == State.ABORTABLE_ERROR:
                 raise TransactionError(f"the transaction must be aborted after: {self._last_error}") \
@@ -627,38 +713,56 @@ class TransactionManager:
         self._require_transactional()
         with self._lock:
             self._check_not_fatal()
-            cached = self._cached_result("commit_transaction")
-            if cached is not None:
-                return cached
-            if self._state == State.ABORTABLE_ERROR:
-                raise TransactionError(
-                    f"cannot commit: the transaction must be aborted (abort_transaction()) after: {self._last_error}"
-                ) from self._last_error
-            if self._state != State.IN_TRANSACTION:
-                raise TransactionError(f"commit_transaction() needs an open transaction (state {self._state})")
-            self._transition(State.COMMITTING_TRANSACTION)
-            return self._begin_completing(commit=True)
+            return self._cached("commit_transaction", State.COMMITTING_TRANSACTION, self._start_commit)
+
+    def _start_commit(self) -> TransactionalRequestResult:
+        if self._state == State.ABORTABLE_ERROR:
+            raise TransactionError(
+                f"cannot commit: the transaction must be aborted (abort_transaction()) after: {self._last_error}"
+            ) from self._last_error
+        if self._state != State.IN_TRANSACTION:
+            raise TransactionError(f"commit_transaction() needs an open transaction (state {self._state})")
+        self._transition(State.COMMITTING_TRANSACTION)
+        return self._begin_completing(commit=True)
 
     def begin_abort(self) -> TransactionalRequestResult:
         """Abort the open transaction; the caller fails the records still queued (TransactionAbortedError)."""
         self._require_transactional()
         with self._lock:
             self._check_not_fatal()
-            cached = self._cached_result("abort_transaction")
-            if cached is not None:
-                return cached
-            if self._state == State.COMMITTING_TRANSACTION:
-                raise IllegalStateError("abort_transaction() while commit_transaction() is pending: call "
-                                        "commit_transaction() again to wait for its outcome")
+            return self._cached("abort_transaction", State.ABORTING_TRANSACTION, self._start_abort)
+
+    def abort_at_close(self) -> Optional[TransactionalRequestResult]:
+        """The producer closes with a transaction open (IN_TRANSACTION or ABORTABLE_ERROR): abort it, as
+        Java's sender does. A call whose outcome the application never collected does not stand in the way
+        (it is complete: a transaction is open again). None when there is nothing to abort."""
+        with self._lock:
             if self._state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
-                raise TransactionError(f"abort_transaction() needs an open transaction (state {self._state})")
-            self._transition(State.ABORTING_TRANSACTION)
-            self.new_partitions.clear()
-            return self._begin_completing(commit=False)
+                return None
+            self._pending = None
+            return self._cached("abort_transaction", State.ABORTING_TRANSACTION, self._start_abort)
+
+    def _start_abort(self) -> TransactionalRequestResult:
+        if self._state == State.COMMITTING_TRANSACTION:
+            raise IllegalStateError("abort_transaction() while commit_transaction() is pending: call "
+                                    "commit_transaction() again to wait for its outcome")
+        if self._state not in (State.IN_TRANSACTION, State.ABORTABLE_ERROR):
+            raise TransactionError(f"abort_transaction() needs an open transaction (state {self._state})")
+        self._transition(State.ABORTING_TRANSACTION)
+        self.new_partitions.clear()
+        return self._begin_completing(commit=False)
 
     def _begin_completing(self, commit: bool) -> TransactionalRequestResult:
         if self.new_partitions:
             self._enqueue_add_partitions()
+        if not commit and self.epoch_bump_required and isinstance(self._last_error, InvalidProducerIdMappingError):
+            # as Java (3.x): the coordinator does not know this producer id for the transactional id, so it would
+            # refuse EndTxn; the new epoch (InitProducerId) ends whatever is open under it
+            log.info("not sending EndTxn(abort): the coordinator does not know producer id %s (%s); bumping the "
+                     "epoch", self.producer_id, InvalidProducerIdMappingError.name)
+            skipped = TransactionalRequestResult("abort_transaction")
+            self._complete_transaction(skipped)
+            return skipped
         end = EndTxnHandler(self, commit)
         self._enqueue(end)
         result = end.result
@@ -669,7 +773,6 @@ class TransactionManager:
             log.info("bumping the epoch of producer id %s after the abort", self.producer_id)
             self._enqueue(bump)
             result = bump.result
-        self._pending_result = result
         return result
 
     def _producer_id_initialized(self, value: ProducerIdAndEpoch) -> None:
@@ -681,30 +784,30 @@ class TransactionManager:
             self.epoch_bump_required = False
             if self._state != State.READY:
                 self._transition(State.READY)
-            self._pending_result = None
 
     def _complete_transaction(self, result: Optional[TransactionalRequestResult] = None) -> bool:
         """EndTxn answered (or there was nothing to end at the coordinator). True when an epoch bump
         follows that was not queued yet (a batch failed while aborting): it completes ``result``."""
         with self._lock:
-            if not self.epoch_bump_required and self._idempotence.has_unresolved_batches() and self.can_bump_epoch():
+            aborting = self._state == State.ABORTING_TRANSACTION
+            if aborting and not self.epoch_bump_required and self._idempotence.has_unresolved_batches() \
+                    and self.can_bump_epoch():
                 # a batch sent, then aborted before its retry, may or may not have been written
                 self.epoch_bump_required = True
-            bump = self.epoch_bump_required
+            # (a committed transaction had no failed batch: one would have made it abortable)
+            bump = self.epoch_bump_required and aborting
             self._transition(State.INITIALIZING if bump else State.READY)
             self.partitions_in_txn.clear()
             self.pending_partitions.clear()
             self.new_partitions.clear()
             self.transaction_started = False
             if not bump:
-                self._pending_result = None
                 self._idempotence.rewind_after_transaction()
                 return False
             if any(isinstance(h, InitProducerIdHandler) and h.bump for _p, _o, h in self._queue):
                 return False
             handler = InitProducerIdHandler(self, bump=True, result=result)
             self._enqueue(handler)
-            self._pending_result = handler.result
             return result is not None
 
     # -- send() ---------------------------------------------------------------------------------------
@@ -716,6 +819,8 @@ class TransactionManager:
         with self._lock:
             if self._state == State.FATAL_ERROR:
                 raise self._fatal_call_error()
+            if self._pending is not None:
+                self._throw_if_pending("send")
             if self._state == State.ABORTABLE_ERROR:
                 raise TransactionError(
                     f"the transaction must be aborted (abort_transaction()) after: {self._last_error}")
@@ -775,7 +880,6 @@ class TransactionManager:
                     commit_error = TransactionError(
                         f"cannot commit: a record of the transaction failed ({error}); call abort_transaction()")
                     commit_error.__cause__ = error
-                    self._pending_result = None
                     handler.result.done(commit_error)
                     continue
                 if handler.is_end_txn and not self.transaction_started and not self.pending_partitions:
@@ -792,6 +896,33 @@ class TransactionManager:
     def has_pending_requests(self) -> bool:
         with self._lock:
             return bool(self._queue) or self._in_flight is not None or bool(self.new_partitions)
+
+    def has_ongoing_transaction(self) -> bool:
+        """Java's ``hasOngoingTransaction``: open, being completed, or to be aborted."""
+        return self._state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION,
+                               State.ABORTABLE_ERROR)
+
+    def has_pending_transaction_requests(self) -> bool:
+        """What a closing producer still sends (Java's ``Sender.hasPendingTransactionalRequests``): the
+        coordinator requests of an ongoing transaction. An InitProducerId that is being retried (no
+        transaction open) is not waited for."""
+        with self._lock:
+            return self.has_ongoing_transaction() and self.has_pending_requests()
+
+    def close(self, forced: bool) -> None:
+        """The network thread stops, or is told to stop at once (``forced``: Java's ``TransactionManager.close``
+        at a forced close): every queued or in-flight request and the pending call fail with
+        ProducerClosedError, so that no application thread waits for what will never be sent."""
+        how = " forcefully" if forced else ""
+        with self._lock:
+            queued, self._queue = self._queue, []
+            results = [h.result for _p, _o, h in queued]
+            if self._in_flight is not None:
+                results.append(self._in_flight.result)
+            if self._pending is not None:
+                results.append(self._pending.result)
+            for result in results:
+                result.done(ProducerClosedError(f"the producer was closed{how} while {result.operation} was pending"))
 
     def peek_retry_at(self) -> float:
         with self._lock:
@@ -973,6 +1104,23 @@ class TransactionManager:
             else:
                 idem.adjust_sequences_due_to_failed_batch(batch, queued)
 
+    def handle_aborted_batches(self, batches: Iterable[ProducerBatch], error: BaseException) -> None:
+        """Batches the sender gave up on without an answer for them (queued ones of a broker that refused our
+        credentials, everything at a forced close): as every failed batch, through :meth:`handle_failed_batch`
+        (an open transaction becomes abortable). A batch that was sent before (a retry: it has a sequence)
+        may have been written."""
+        with self._lock:
+            for batch in batches:
+                self.handle_failed_batch(batch, error, batch.has_sequence(), [])
+
+    def abort_keeps_sent_batches(self) -> bool:
+        """Whether an abort leaves the batches that were sent already (they have a sequence; they wait for a
+        retry) queued, to be sent before EndTxn, as Java's ``RecordAccumulator.abortUndrainedBatches`` does:
+        when the coordinator cannot bump the epoch (InitProducerId < v3). Failing them would leave a sequence
+        gap that the next transaction's first batch runs into. With an epoch bump they fail at once instead: the
+        new epoch starts every sequence again at 0 (the abort does not wait for a broker that fails)."""
+        return self.is_transactional and not self.can_bump_epoch()
+
     def handle_record_errors(self, original: ProducerBatch, kept: Optional[ProducerBatch], removed: int,
                              error: BaseException, queued: List[ProducerBatch]) -> None:
         """KIP-467: some records of ``original`` failed with ``error`` (the others, if any, are in ``kept``
@@ -1043,7 +1191,7 @@ class TransactionManager:
             self._transition(State.FATAL_ERROR, TransactionError(
                 f"the transaction of producer id {handed[0].producer_id} (epoch {handed[0].epoch}) was handed over "
                 "to be ended elsewhere; this producer can only be closed"))
-            self._pending_result = None
+            self._pending = None
             return handed
 
     def resume_transaction(self, producer_id: int, epoch: int, partitions: List[TopicPartition]) -> None:
@@ -1066,5 +1214,6 @@ class TransactionManager:
             self.transaction_started = True  # EndTxn must reach the coordinator even with no partitions known
 
 
-__all__ = ["CoordinatorKey", "CoordinatorType", "FencedTransactionError", "MAX_EPOCH", "Outcome", "Priority", "State",
+__all__ = ["CoordinatorKey", "CoordinatorType", "FencedTransactionError", "MAX_EPOCH", "Outcome", "PendingCallError",
+           "Priority", "State",
            "TransactionManager", "TransactionalRequestResult", "VALID_SOURCES"]

@@ -84,6 +84,7 @@ def wire_producer(config: ProducerConfig, clock: Clock, transport: Transport, *,
         security=security, metadata_recovery_strategy=cfg.metadata_recovery_strategy,
         rebootstrap_trigger_ms=cfg.metadata_recovery_rebootstrap_trigger_ms,
     )
+    client.on_error = cfg.error_cb  # errors that belong to no record (confluent-kafka's error_cb)
     client.states = ClusterConnectionStates(
         cfg.reconnect_backoff_ms, cfg.reconnect_backoff_max_ms,
         ExponentialBackoff(cfg.reconnect_backoff_ms, cfg.reconnect_backoff_max_ms,

@@ -3079,7 +3079,7 @@ static PyObject *decode_produce_response(PyObject *self, PyObject *const *args, 
     if (pos == -1 && PyErr_Occurred()) return NULL;
     long version = PyLong_AsLong(args[2]);
     if (version == -1 && PyErr_Occurred()) return NULL;
-    if (version < 3 || version > 11) Py_RETURN_NONE;
+    if (version < 3 || version > 12) Py_RETURN_NONE; /* (v12 is v11 on the wire) */
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PRReader r = {(const unsigned char *)view.buf, view.len, pos, version >= 9};
@@ -3352,7 +3352,7 @@ static PyObject *encode_produce_request(PyObject *self, PyObject *const *args, P
     }
     long version = PyLong_AsLong(args[0]);
     if (version == -1 && PyErr_Occurred()) return NULL;
-    if (version < 3 || version > 11) Py_RETURN_NONE;
+    if (version < 3 || version > 12) Py_RETURN_NONE; /* (v12 is v11 on the wire) */
     PQWriter w = {NULL, 0, 0, PyList_New(0)};
     if (w.parts == NULL) return NULL;
     int rc = pq_body(&w, version, args[1]);

@@ -24,7 +24,13 @@ _COMPACT_AT = 65536
 
 
 class FrameError(ProtocolError):
-    """The peer sent a frame size we refuse (negative or above the configured maximum)."""
+    """The peer sent a frame size we refuse (negative or above the configured maximum): ``size`` is the size
+    it announced, ``limit`` the reader's maximum (bytes)."""
+
+    def __init__(self, message: Optional[str] = None, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class FrameReader:
@@ -40,7 +46,7 @@ class FrameReader:
     def _refuse(self, size: int) -> FrameError:
         return FrameError(
             f"invalid frame size {size} (allowed 0..{self.max_size}); the peer is not speaking "
-            "the Kafka protocol or the data is corrupt"
+            "the Kafka protocol or the data is corrupt", size, self.max_size
         )
 
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> List[bytes]:

@@ -46,6 +46,7 @@ __all__ = [
     "unsecured_jwt",
     "scram_escape_username",
     "scram_unescape_username",
+    "TokenValidator",
 ]
 
 log = logging.getLogger(__name__)
@@ -630,11 +631,17 @@ class _InvalidToken(Exception):
     """Why an OAUTHBEARER token was refused (never contains the token)."""
 
 
+#: validates a signed OAUTHBEARER token: (principal, expiry in seconds since the epoch, scope), or ValueError saying
+#: why the token is refused (never containing it); e.g. kproducer.mock.security.JwtValidator
+TokenValidator = Callable[[str], Tuple[str, float, Tuple[str, ...]]]
+
+
 class OAuthBearerServer(SaslServer):
     """OAUTHBEARER (RFC 7628) with Kafka's *unsecured* JWT validator semantics: the token is an
     unsecured JWS (header ``{"alg":"none"}``, empty signature) whose payload has ``sub`` (the principal)
     and ``exp`` (seconds since the epoch, after ``clock()``); optional ``iat`` (not after ``clock()``)
-    and ``scope`` (a string or a list of strings).
+    and ``scope`` (a string or a list of strings). With ``token_validator`` the token is checked by it
+    instead (signed JWTs, as Kafka's OAuthBearerValidatorCallbackHandler).
 
     A bad token gets the challenge ``{"status":"invalid_token"}``; the client must answer ``%x01``,
     and then the exchange fails with :class:`SaslAuthenticationFailedError`.
@@ -642,11 +649,16 @@ class OAuthBearerServer(SaslServer):
 
     mechanism = "OAUTHBEARER"
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, allowable_clock_skew_s: float = 0.0) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, allowable_clock_skew_s: float = 0.0,
+                 token_validator: Optional[TokenValidator] = None) -> None:
         super().__init__()
         self._clock = clock
         self._skew = allowable_clock_skew_s
+        self._validator = token_validator
         self._error: Optional[str] = None
+        #: once a token was refused: the error message Apache Kafka's OAuthBearerSaslServer answers SaslAuthenticate
+        #: with (the JSON error of the challenge, e.g. {"status":"invalid_token"})
+        self.failure_message: Optional[str] = None
         #: the Kafka SASL extensions the client sent
         self.extensions: Dict[str, str] = {}
         #: the token's scope, once complete
@@ -687,13 +699,19 @@ class OAuthBearerServer(SaslServer):
         except _InvalidToken as e:
             self._error = str(e)
             log.debug("SASL OAUTHBEARER: refusing a token: %s", self._error)
-            return json.dumps({"status": "invalid_token"}, separators=(",", ":")).encode("utf-8")
+            self.failure_message = json.dumps({"status": "invalid_token"}, separators=(",", ":"))
+            return self.failure_message.encode("utf-8")
         self.credential_expiry = expiry
         self.scope = scope
         self._succeed(subject)
         return b""
 
     def _validate(self, token: str) -> Tuple[str, float, Tuple[str, ...]]:
+        if self._validator is not None:
+            try:
+                return self._validator(token)
+            except ValueError as e:
+                raise _InvalidToken(str(e)) from None
         parts = token.split(".")
         if len(parts) != 3:
             raise _InvalidToken("the token is not a JWS compact serialization (header.payload.signature)")
@@ -750,19 +768,21 @@ def _number(value: object) -> Optional[float]:
 
 
 def sasl_server(mechanism: str, *, users: Mapping[str, str], scram_iterations: int = 4096,
-                clock: Callable[[], float] = time.time) -> SaslServer:
+                clock: Callable[[], float] = time.time,
+                oauth_validator: Optional[TokenValidator] = None) -> SaslServer:
     """A fresh server side for one authentication with ``mechanism``.
 
     ``users`` maps user names to plaintext passwords (PLAIN, SCRAM; the SCRAM credential is derived with a
     random salt and ``scram_iterations``). OAUTHBEARER ignores ``users`` and validates unsecured JWTs
-    with ``clock`` (seconds since the epoch). Raises UnsupportedSaslMechanismError for another mechanism.
+    with ``clock`` (seconds since the epoch), or signed ones with ``oauth_validator``. Raises
+    UnsupportedSaslMechanismError for another mechanism.
     """
     if mechanism == "PLAIN":
         return PlainServer(users)
     if mechanism in _SCRAM_HASHES:
         return ScramServer(users, hash_name=_SCRAM_HASHES[mechanism], iterations=scram_iterations)
     if mechanism == "OAUTHBEARER":
-        return OAuthBearerServer(clock=clock)
+        return OAuthBearerServer(clock=clock, token_validator=oauth_validator)
     raise UnsupportedSaslMechanismError(
         f"unsupported SASL mechanism {mechanism!r}: supported are {', '.join(SUPPORTED_MECHANISMS)}")
 

@@ -11,12 +11,18 @@ any version) raises :class:`SchemaError` naming the closest field, and so does a
 version has and that has no default. Fields with a default may be left out: tagged fields, fields declared
 with ``default=`` (``default=None`` for an optional nullable field, as Kafka's ``"default": "null"``), and
 fields the version does not have (a body may carry them for other versions; they are not written).
+
+Decoding a request is strict: bytes after its last field are a ProtocolError. Decoding a response is liberal
+in that one respect, as Java's client is (it reads the fields and ignores what follows): bytes after the last
+field are skipped, and logged once per API (librdkafka's mock cluster sends a Metadata v12 answer with one such
+byte). A response cut short, or malformed within its fields, is still a ProtocolError.
 """
 from __future__ import annotations
 
 import difflib
+import logging
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import primitives as p
 from .errors import ProtocolError
@@ -24,6 +30,10 @@ from .errors import ProtocolError
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[p.Reader], Any]
 Versions = Tuple[int, int]
+
+log = logging.getLogger(__name__)
+#: the API keys whose responses came with bytes after their last field (each logged once)
+_TRAILING_LOGGED: Set[int] = set()
 
 MAX_VERSION = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
@@ -355,7 +365,13 @@ def compile_struct(
 
 
 class Api:
-    """A Kafka API: its key, the versions we implement, the first flexible version, and both schemas."""
+    """A Kafka API: its key, the versions we implement, the first flexible version, and both schemas.
+
+    ``client_max``: the highest version kproducer's client negotiates unless it asks for more (None: every
+    implemented version). Versions above it are implemented -- the mock broker serves them -- but change
+    what the request means, so a client speaks them only when it implements that meaning: Produce v12,
+    EndTxn v5 and TxnOffsetCommit v5 are transactions v2 (KIP-890), see
+    :data:`kproducer.protocol.messages.TRANSACTION_V2_VERSIONS`."""
 
     def __init__(
         self,
@@ -365,10 +381,16 @@ class Api:
         flexible: str,
         request: Sequence[Field],
         response: Sequence[Field],
+        *,
+        client_max: Optional[int] = None,
     ) -> None:
         self.key = key
         self.name = name
         self.min_version, self.max_version = parse_versions(versions)
+        if client_max is not None and not self.min_version <= client_max <= self.max_version:
+            raise ValueError(f"{name}: client_max v{client_max} is outside v{self.min_version}-v{self.max_version}")
+        #: the highest version a client negotiates by default (see the class doc)
+        self.client_max_version = self.max_version if client_max is None else client_max
         self.flexible = parse_versions(flexible)
         self.request_fields = list(request)
         self.response_fields = list(response)
@@ -422,7 +444,9 @@ class Api:
         return bytes(out)
 
     def decode_response(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
-        return _decode_all(self._codec("response", version)[1], data, pos, f"{self.name} v{version} response")
+        """The response body at ``data[pos:]``; bytes after its last field are ignored (see the module doc)."""
+        return _decode_all(self._codec("response", version)[1], data, pos, f"{self.name} v{version} response",
+                           self.key)
 
     def request_defaults(self, version: int) -> Dict[str, Any]:
         """A request body with every field of ``version`` at its default or zero value: a base to fill
@@ -434,12 +458,19 @@ class Api:
         return _defaults(self.response_fields, version)
 
 
-def _decode_all(dec: Decoder, data: bytes, pos: int, what: str) -> Dict[str, Any]:
+def _decode_all(dec: Decoder, data: bytes, pos: int, what: str, liberal_api: Optional[int] = None) -> Dict[str, Any]:
+    """Decode all of ``data[pos:]``; with ``liberal_api`` (a response's API key) bytes after the last field are
+    skipped (logged once per API), else a ProtocolError."""
     r = p.Reader(data, pos)
     try:
         result: Dict[str, Any] = dec(r)
     except ProtocolError as e:
         raise ProtocolError(f"malformed {what}: {e.message}") from None
     if r.remaining():
-        raise ProtocolError(f"malformed {what}: {r.remaining()} unexpected trailing bytes")
+        if liberal_api is None:
+            raise ProtocolError(f"malformed {what}: {r.remaining()} unexpected trailing bytes")
+        if liberal_api not in _TRAILING_LOGGED:
+            _TRAILING_LOGGED.add(liberal_api)
+            log.info("a broker's %s has %d bytes after its last field: ignored, as Java's client does (logged "
+                     "once per API)", what, r.remaining())
     return result

@@ -43,10 +43,16 @@ EXACTLY_ONCE = "exactly_once"
 GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 
 #: ``kproducer.*`` options: the sink's own
-_KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "trigger.interval.ms", "columnar")
-#: fault injection for the sink's own tests (each takes a count; and test.kill.driver.after.commits
-#: "<count>:<pid>": the driver's commit SIGKILLs the driver program ``pid`` after that many commits)
-_TEST_OPTIONS = ("test.fail.after.rows", "test.fail.commit.after")
+_KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "write.id", "buffer.bytes", "trigger.interval.ms",
+                      "columnar")
+#: exactly_once: how much of its input a task holds (Arrow batches, bytes) before it opens its transaction
+DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024
+#: fault injection for the sink's own tests, each a non-negative integer (see _sink._Faults): attempt 0 of a
+#: task (of Spark partition test.partition, when given) fails / sleeps test.sleep.ms / SIGKILLs its executor JVM
+#: after writing that many rows (flushed); test.fail.in.commit=1: the driver's commit() raises; test.kill.driver:
+#: the driver's commit() SIGKILLs that process (the driver program) and exits
+_TEST_OPTIONS = ("test.fail.after.rows", "test.partition", "test.sleep.after.rows", "test.sleep.ms",
+                 "test.kill.executor.after.rows", "test.fail.in.commit", "test.kill.driver")
 
 
 class SinkOptions(NamedTuple):
@@ -57,16 +63,23 @@ class SinkOptions(NamedTuple):
     settings: Dict[str, str]
     #: ``kproducer.guarantee``: at_least_once (default) or exactly_once
     guarantee: str = AT_LEAST_ONCE
-    #: ``kproducer.transactional.id.prefix`` (exactly_once): None = derived from the query id (streams) or
-    #: a new random one per write (batch)
+    #: ``kproducer.transactional.id.prefix`` (exactly_once): None = ``kproducer-<write id>`` (batch) or
+    #: ``kproducer-<query id>`` (streams)
     transactional_id_prefix: Optional[str] = None
-    #: ``kproducer.trigger.interval.ms`` (exactly_once streams): checked against transaction.timeout.ms
+    #: ``kproducer.trigger.interval.ms``: accepted for compatibility, no longer used (a task's transaction
+    #: does not outlive the task)
     trigger_interval_ms: int = 0
     #: ``kproducer.test.*`` fault injection (tests only)
     faults: Dict[str, int] = {}
     #: ``kproducer.columnar`` (default true): encode records straight from the Arrow buffers when the rows
     #: allow it (no headers column); false: always the per-row path (bytes objects through send_batch)
     columnar: bool = True
+    #: ``kproducer.write.id`` (exactly_once batch writes): the same id on a re-run of a failed write makes the
+    #: partitions committed before write nothing; None = a new random id per save()
+    write_id: Optional[str] = None
+    #: ``kproducer.buffer.bytes`` (exactly_once): a task holds up to this much of its input before it opens its
+    #: transaction (0: opens it at its first row)
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
 
     @property
     def exactly_once(self) -> bool:
@@ -79,6 +92,8 @@ class SinkOptions(NamedTuple):
     def __repr__(self) -> str:  # Spark and users may print the options: never the secrets
         shown = {k: (HIDDEN if is_secret(k) else v) for k, v in self.settings.items()}
         extra = f", guarantee={self.guarantee!r}" if self.exactly_once else ""
+        if self.write_id is not None:
+            extra += f", write_id={self.write_id!r}"
         return f"SinkOptions(topic={self.topic!r}, settings={shown!r}{extra})"
 
 
@@ -110,6 +125,8 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     trigger_ms = 0
     faults: Dict[str, int] = {}
     columnar = True
+    write_id: Optional[str] = None
+    buffer_bytes: Optional[int] = None
     for raw_name, value in options.items():
         name = raw_name.lower()
         if name.startswith(KAFKA_PREFIX):
@@ -142,17 +159,14 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
                 if text.lower() not in ("true", "false"):
                     raise ConfigError(f"option {raw_name!r} must be true or false, got {value!r}")
                 columnar = text.lower() == "true"
-            elif own == "transactional.id.prefix":
+            elif own in ("transactional.id.prefix", "write.id"):
                 if not text:
-                    raise ConfigError(f"option {raw_name!r} is empty: give a prefix or drop the option")
-                prefix = text
-            elif own == "test.kill.driver.after.commits":
-                count, _, pid = text.partition(":")
-                if not (count.isdigit() and pid.isdigit()):
-                    raise ConfigError(f"option {raw_name!r} must be '<commits>:<driver pid>', got {value!r}")
-                faults[own] = int(count)
-                faults["test.kill.driver.pid"] = int(pid)
-            elif own == "trigger.interval.ms" or own in _TEST_OPTIONS:
+                    raise ConfigError(f"option {raw_name!r} is empty: give a value or drop the option")
+                if own == "write.id":
+                    write_id = text
+                else:
+                    prefix = text
+            elif own in ("trigger.interval.ms", "buffer.bytes") or own in _TEST_OPTIONS:
                 try:
                     number = int(text)
                 except ValueError:
@@ -161,6 +175,8 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
                     raise ConfigError(f"option {raw_name!r} must be a non-negative integer, got {value!r}")
                 if own == "trigger.interval.ms":
                     trigger_ms = number
+                elif own == "buffer.bytes":
+                    buffer_bytes = number
                 else:
                     faults[own] = number
             else:
@@ -203,33 +219,31 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     except ConfigError as e:
         raise ConfigError(f"invalid kafka.* option: {e}") from None
     if guarantee == EXACTLY_ONCE:
-        _check_exactly_once(settings, trigger_ms)
-    elif prefix is not None or trigger_ms:
-        raise ConfigError("options 'kproducer.transactional.id.prefix' and 'kproducer.trigger.interval.ms' apply "
-                          "to .option('kproducer.guarantee', 'exactly_once') only")
-    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults, columnar)
+        _check_exactly_once(settings)
+        if trigger_ms:
+            log.warning("kproducer sink: option 'kproducer.trigger.interval.ms' is no longer used (each task commits "
+                        "its own transaction: none outlives its task); drop it")
+    else:
+        given = [n for n, v in (("transactional.id.prefix", prefix), ("write.id", write_id),
+                                ("buffer.bytes", buffer_bytes), ("trigger.interval.ms", trigger_ms or None))
+                 if v is not None]
+        if given:
+            raise ConfigError(f"option(s) {', '.join(repr(KPRODUCER_PREFIX + n) for n in given)} apply to "
+                              ".option('kproducer.guarantee', 'exactly_once') only")
+    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults, columnar, write_id,
+                       DEFAULT_BUFFER_BYTES if buffer_bytes is None else buffer_bytes)
 
 
-def _check_exactly_once(settings: Dict[str, str], trigger_ms: int) -> None:
-    """Exactly-once writes: transactional producers must be possible with these settings, and a task's
-    transaction must outlive the micro-batch (the trigger interval) plus the driver's commit."""
+def _check_exactly_once(settings: Dict[str, str]) -> None:
+    """Exactly-once writes: transactional producers must be possible with these settings."""
     try:
         cfg = ProducerConfig(dict(settings, **{"transactional.id": "kproducer-spark-check"}))
     except ConfigError as e:
         raise ConfigError(f"kproducer.guarantee=exactly_once writes through Kafka transactions, which these "
                           f"settings do not allow: {e}") from None
-    commit_ms = cfg.request_timeout_ms
-    needed = trigger_ms + commit_ms
-    if cfg.transaction_timeout_ms <= needed:
-        raise ConfigError(
-            f"kafka.transaction.timeout.ms={cfg.transaction_timeout_ms} is too short for exactly-once writes: a "
-            f"task's transaction stays open until the driver commits the micro-batch, so it must exceed the "
-            f"trigger interval (kproducer.trigger.interval.ms={trigger_ms}) plus the commit time "
-            f"(kafka.request.timeout.ms={commit_ms}) = {needed} ms; raise kafka.transaction.timeout.ms above "
-            f"{needed} (the broker caps it at its transaction.max.timeout.ms, 15 minutes by default)")
-    log.info("kproducer sink: exactly-once, transaction.timeout.ms=%d > trigger interval %d ms + commit time %d ms",
-             cfg.transaction_timeout_ms, trigger_ms, commit_ms)
+    log.info("kproducer sink: exactly-once, one transaction per task, transaction.timeout.ms=%d",
+             cfg.transaction_timeout_ms)
 
 
-__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "GUARANTEES", "KAFKA_PREFIX", "KPRODUCER_PREFIX", "SINK_DEFAULTS",
+__all__ = ["AT_LEAST_ONCE", "DEFAULT_BUFFER_BYTES", "EXACTLY_ONCE", "GUARANTEES", "KAFKA_PREFIX", "KPRODUCER_PREFIX", "SINK_DEFAULTS",
            "SINK_OPTIONS", "SinkOptions", "parse_options"]

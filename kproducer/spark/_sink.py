@@ -1,4 +1,13 @@
-"""The ``kproducer`` Python data source: batch and streaming writers with Spark's kafka-sink contract."""
+"""The ``kproducer`` Python data source: batch and streaming writers with Spark's kafka-sink contract.
+
+Exactly-once (``kproducer.guarantee=exactly_once``): every task attempt writes its rows in a Kafka transaction
+of its own under the transactional id ``<prefix>-<Spark partition>`` and commits it itself, with a marker
+(write id, Spark partition; for streams the micro-batch id) committed in the same transaction as an offset of
+the consumer group ``<prefix>-<Spark partition>``. An attempt first calls InitProducerId (which aborts what an
+earlier attempt of the partition left open and fences it), then reads the marker: found, the partition was
+committed by another attempt (or an earlier run of the same write id, or before a micro-batch was replayed)
+and the attempt writes nothing. See docs/spark.md ("Exactly-once") for the argument."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +17,8 @@ import signal
 import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -22,20 +29,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..config import ProducerConfig
-from ..errors import ProducerFencedError
+from ..errors import InvalidProducerEpochError, ProducerFencedError, TransactionAbortableError
 from ..producer.columnar import columnar_supported, send_columns
 from ..producer.consumer_group import OffsetAndMetadata
 from ..producer.future import BatchSendFuture
 from ..producer.kafka_producer import Producer
-from ..producer.transaction_handle import (
-    TransactionHandle,
-    abort_transaction,
-    abort_transactional_id,
-    commit_transaction,
-    committed_offsets,
-    prepare_transaction,
-)
+from ..producer.transaction_handle import committed_offsets
 from ._arrow import column_groups, groups
 from ._options import SinkOptions, parse_options
 from ._producers import discard_producer, get_producer
@@ -63,7 +62,7 @@ class SinkWriteError(RuntimeError):
 
 @dataclass
 class SinkCommitMessage(WriterCommitMessage):  # type: ignore[misc]
-    """What one write task delivered (every record acknowledged by the broker)."""
+    """What one write task delivered (every record acknowledged by the broker; exactly_once: committed)."""
 
     rows: int = 0
     #: bytes of keys, values and headers
@@ -73,15 +72,16 @@ class SinkCommitMessage(WriterCommitMessage):  # type: ignore[misc]
     partition_id: int = -1
     attempt: int = 0
     seconds: float = 0.0
-    #: exactly_once: the task's open transaction (``TransactionHandle.to_dict()``) for the driver to end;
-    #: None when the task had nothing to write
-    transaction: Optional[Dict[str, Any]] = None
-    #: exactly_once streams: the micro-batch the task wrote, and whether it found it committed already
-    #: (a replay: the task wrote nothing)
+    #: exactly_once: the transactional id the task committed its rows under; None: it wrote no transaction
+    #: (no rows, or the partition was committed before)
+    transactional_id: Optional[str] = None
+    #: exactly_once streams: the micro-batch the task wrote
     batch_id: int = -1
+    #: exactly_once: the task found its partition's marker, committed before (by another attempt, an earlier
+    #: run of the same write id, or before the micro-batch was replayed), and wrote nothing
     skipped: bool = False
-    #: time.time() when the task's transaction began (the driver compares it with transaction.timeout.ms)
-    opened_at: float = 0.0
+    #: exactly_once: milliseconds the task's transaction was open (its first record to its commit)
+    transaction_ms: float = 0.0
 
 
 def _merge(into: OffsetRanges, ranges: OffsetRanges) -> None:
@@ -142,14 +142,43 @@ def _task_context() -> TaskInfo:
     return TaskInfo(-1, 0, None, None)
 
 
-def transactional_id(prefix: str, partition: int, attempt: int) -> str:
-    """The transactional id of one attempt of one Spark partition's task."""
-    return f"{prefix}-{partition}-{attempt}"
+def transactional_id(prefix: str, partition: int) -> str:
+    """The transactional id of every attempt of one Spark partition's task (a later attempt fences an earlier)."""
+    return f"{prefix}-{partition}"
 
 
 def marker_group(prefix: str, partition: int) -> str:
-    """The consumer group whose committed offset records the last micro-batch a partition committed."""
+    """The consumer group whose committed offset is the marker of a Spark partition's last committed write."""
     return f"{prefix}-{partition}"
+
+
+def marker_metadata(write_id: str, info: TaskInfo, rows: int) -> str:
+    """The marker's offset metadata: the write (the write id, or the query id for streams), the Spark partition,
+    the attempt that committed it and its row count; for streams also the micro-batch (also the offset)."""
+    data: Dict[str, Any] = {"write": write_id, "partition": info.partition, "attempt": info.attempt, "rows": rows}
+    if info.batch_id is not None:
+        data["batch"] = info.batch_id
+    return json.dumps(data, separators=(",", ":"))
+
+
+def find_marker(offsets: Mapping[TopicPartition, Tuple[int, Optional[str]]], write_id: str,
+                batch_id: Optional[int]) -> Optional[Dict[str, Any]]:
+    """The marker (its metadata) among a marker group's committed offsets that says this write -- for streams
+    this micro-batch or a later one -- was committed for the partition; None: not committed."""
+    for offset, metadata in offsets.values():
+        try:
+            data = json.loads(metadata or "")
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        if batch_id is None:
+            if data.get("write") == write_id and "batch" not in data:
+                return data
+        elif data.get("write", write_id) == write_id and offset >= batch_id:
+            # (markers written before issue 29 carry no "write": their group is named after the query already)
+            return data
+    return None
 
 
 class _InjectedFault(RuntimeError):
@@ -161,14 +190,102 @@ def _drain(batches: Iterable[Any]) -> None:
         pass
 
 
+def _executor_jvm() -> Optional[int]:
+    """The pid of the JVM this Python worker serves (its nearest ``java`` ancestor), from /proc."""
+    pid = os.getppid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if name == "java":
+            return pid
+        if parent <= 1:
+            return None
+        pid = parent
+    return None
+
+
+class _Faults:
+    """``kproducer.test.*`` fault injection in a task (tests only): attempt 0 of every task, or of Spark
+    partition ``test.partition`` only, fails / sleeps / SIGKILLs its executor JVM after writing (and flushing)
+    the given number of rows."""
+
+    def __init__(self, faults: Mapping[str, int], info: TaskInfo) -> None:
+        only = faults.get("test.partition")
+        on = info.attempt == 0 and (only is None or only == info.partition)
+        self.fail_after = faults.get("test.fail.after.rows") if on else None
+        self.sleep_after = faults.get("test.sleep.after.rows") if on else None
+        self.sleep_ms = faults.get("test.sleep.ms", 0)
+        self.kill_after = faults.get("test.kill.executor.after.rows") if on else None
+
+    @property
+    def active(self) -> bool:
+        return self.fail_after is not None or self.sleep_after is not None or self.kill_after is not None
+
+    def after_batch(self, task: "_Task", producer: Producer) -> None:
+        rows = task.rows
+        due = [n for n in (self.fail_after, self.sleep_after, self.kill_after) if n is not None and rows >= n]
+        if not due:
+            return
+        producer.flush()  # the rows are written (in the open transaction, for exactly-once)
+        task._reap(block=True)
+        if self.sleep_after is not None and rows >= self.sleep_after:
+            self.sleep_after = None
+            log.warning("kproducer.test.sleep.after.rows: attempt 0 sleeps %d ms after writing %d rows (fault "
+                        "injection for tests)", self.sleep_ms, rows)
+            time.sleep(self.sleep_ms / 1000.0)
+        if self.kill_after is not None and rows >= self.kill_after:
+            jvm = _executor_jvm()
+            if jvm is None:
+                raise _InjectedFault("kproducer.test.kill.executor.after.rows: no executor JVM above this worker")
+            log.warning("kproducer.test.kill.executor.after.rows: attempt 0 SIGKILLs its executor (pid %d) after "
+                        "writing %d rows (fault injection for tests)", jvm, rows)
+            os.kill(jvm, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)  # and this worker: nothing more is sent, nothing is aborted
+        if self.fail_after is not None and rows >= self.fail_after:
+            raise _InjectedFault(f"kproducer.test.fail.after.rows={self.fail_after}: attempt 0 fails after "
+                                 f"writing {rows} rows (fault injection for tests)")
+
+
+def _driver_faults(opts: SinkOptions, what: str) -> None:
+    """``kproducer.test.fail.in.commit`` / ``kproducer.test.kill.driver`` in the driver's commit() (tests only)."""
+    pid = opts.faults.get("test.kill.driver")
+    if pid:
+        log.warning("kproducer.test.kill.driver: SIGKILL to the driver program (pid %d) in the commit of %s", pid,
+                    what)
+        os.kill(pid, signal.SIGKILL)
+        os._exit(1)
+    if opts.faults.get("test.fail.in.commit"):
+        raise _InjectedFault(f"kproducer.test.fail.in.commit: the driver fails in the commit of {what} (fault "
+                             "injection for tests)")
+
+
+def _fenced(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) says a newer epoch of the transactional id ended the transaction."""
+    seen = 0
+    cur: Optional[BaseException] = e
+    while cur is not None and seen < 8:
+        if isinstance(cur, (ProducerFencedError, InvalidProducerEpochError, TransactionAbortableError)):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
+
+
 class _Task:
     """Writes one task's record batches and tracks their delivery."""
 
-    def __init__(self, opts: SinkOptions, plan: ColumnPlan, what: str, prefix: Optional[str] = None) -> None:
+    def __init__(self, opts: SinkOptions, plan: ColumnPlan, what: str, prefix: Optional[str] = None,
+                 write_id: Optional[str] = None) -> None:
         self.opts = opts
         self.plan = plan
         self.what = what
         self.prefix = prefix
+        self.write_id = write_id
         self.rows = 0
         self.bytes = 0
         self.offsets: OffsetRanges = {}
@@ -192,8 +309,7 @@ class _Task:
                 self.acked += fut.count
         self.pending.clear()
 
-    def _send_all(self, producer: Producer, batches: Iterable[Any], info: TaskInfo) -> None:
-        fail_after = self.opts.faults.get("test.fail.after.rows") if info.attempt == 0 else None
+    def _send_all(self, producer: Producer, batches: Iterable[Any], faults: _Faults) -> None:
         # rows without headers go from the Arrow buffers into the record encoder (no bytes object per row)
         columnar = self.opts.columnar and not self.plan.has_headers and columnar_supported(producer)
         for rb in batches:
@@ -213,11 +329,8 @@ class _Task:
                     self.rows += len(g.values)
                     self.bytes += g.nbytes
             self._reap(block=False)
-            if fail_after is not None and self.rows >= fail_after:
-                producer.flush()  # the rows are written (in the open transaction, for exactly-once)
-                self._reap(block=True)
-                raise _InjectedFault(f"kproducer.test.fail.after.rows={fail_after}: attempt 0 fails after writing "
-                                     f"{self.rows} rows (fault injection for tests)")
+            if faults.active:
+                faults.after_batch(self, producer)
 
     def _failure(self, e: BaseException, info: TaskInfo, outcome: str) -> SinkWriteError:
         where = f" to topic {self.topic!r}" if self.topic else ""
@@ -234,7 +347,7 @@ class _Task:
         producer: Optional[Producer] = None
         try:
             producer = get_producer(settings)
-            self._send_all(producer, batches, info)
+            self._send_all(producer, batches, _Faults(self.opts.faults, info))
             producer.flush()  # at-least-once: nothing is left unacknowledged when the task reports success
             self._reap(block=True)
         except Exception as e:
@@ -258,204 +371,179 @@ class _Task:
                  self.bytes, seconds, os.getpid())
         return SinkCommitMessage(self.rows, self.bytes, self.offsets, info.partition, info.attempt, seconds)
 
+    # -- exactly-once ------------------------------------------------------------------------------------
+
+    def _ids(self, info: TaskInfo) -> Tuple[str, str]:
+        """(write id, transactional id prefix) of this task: a batch write's from its writer; a stream's from
+        its query id (the same after a restart from the checkpoint)."""
+        if info.batch_id is not None:
+            if info.query_id is None:
+                raise SinkWriteError("kproducer sink: exactly_once: Spark gave the micro-batch's task no query id")
+            return info.query_id, self.prefix or f"kproducer-{info.query_id}"
+        if self.write_id is None or self.prefix is None:
+            raise SinkWriteError("kproducer sink: exactly_once: the batch writer gave the task no write id")
+        return self.write_id, self.prefix
+
+    @staticmethod
+    def _hold(batches: Iterator[Any], limit: int) -> Tuple[Deque[Any], bool]:
+        """Up to ``limit`` bytes of the input's non-empty Arrow batches (at least one, when there is one), and
+        whether that is all of it."""
+        held: Deque[Any] = deque()
+        size = 0
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            held.append(rb)
+            size += rb.nbytes
+            if size >= limit:
+                return held, False
+        return held, True
+
+    def _explain(self, e: BaseException, opened: float, timeout_ms: int, txn_id: str) -> str:
+        if not _fenced(e):
+            return ""
+        open_ms = (time.monotonic() - opened) * 1000.0
+        if open_ms >= timeout_ms:
+            return (f"; the transaction was open {open_ms:.0f} ms, longer than transaction.timeout.ms={timeout_ms}: "
+                    "the coordinator aborted it. A task's transaction lasts from its first record sent to its "
+                    "commit: give the write more Spark partitions (each task then writes less), raise "
+                    "kproducer.buffer.bytes (a task then holds more of its input before it begins), or raise "
+                    "kafka.transaction.timeout.ms (up to the brokers' transaction.max.timeout.ms)")
+        return (f"; another attempt of this task (a speculative copy or Spark's retry) began under {txn_id!r} and "
+                "aborted this one: that attempt writes the partition's rows")
+
     def _run_exactly_once(self, batches: Iterable[Any], info: TaskInfo) -> SinkCommitMessage:
-        """Write the task's rows in a transaction of its own and hand it over to the driver (not committed)."""
+        """Write the task's rows in a transaction of its own and commit it, with the partition's marker; or write
+        nothing when the marker says another attempt (or an earlier run) committed the partition."""
         started = time.monotonic()
-        prefix = self.prefix or (f"kproducer-{info.query_id}" if info.query_id else None)
-        if prefix is None:
-            raise SinkWriteError("kproducer sink: exactly_once needs a transactional id prefix: set "
-                                 "option 'kproducer.transactional.id.prefix'")
-        txn_id = transactional_id(prefix, info.partition, info.attempt)
+        write_id, prefix = self._ids(info)
+        txn_id = transactional_id(prefix, info.partition)
+        group = marker_group(prefix, info.partition)
+        batch_id = -1 if info.batch_id is None else info.batch_id
+        faults = _Faults(self.opts.faults, info)
+        source = iter(batches)
+        # hold the first part of the input before opening the transaction: a task whose input comes slowly (a slow
+        # UDF, a straggling shuffle read) keeps its transaction short (kproducer.buffer.bytes; faults: none)
+        try:
+            held, complete = self._hold(source, 0 if faults.active else self.opts.buffer_bytes)
+        except Exception as e:
+            raise self._failure(e, info, f"before a transaction was opened under {txn_id!r}; nothing was "
+                                "written") from e
+        if not held:
+            return SinkCommitMessage(0, 0, {}, info.partition, info.attempt, time.monotonic() - started,
+                                     None, batch_id)
         producer: Optional[Producer] = None
-        opened_at = 0.0
+        opened = 0.0
         try:
             producer = Producer(dict(self.opts.settings, **{"transactional.id": txn_id}))
-            # fences older producers of this id and aborts what they left open (a crashed run's attempt)
+            # fences every earlier attempt of this partition (their commit then fails) and aborts what one left open
             producer.init_transactions()
-            if info.batch_id is not None:
-                done = last_committed_batch(producer, marker_group(prefix, info.partition))
-                if done >= info.batch_id:
-                    _drain(batches)
-                    log.info("kproducer sink: micro-batch %d of partition %d was committed before: writing nothing",
-                             info.batch_id, info.partition)
-                    return SinkCommitMessage(0, 0, {}, info.partition, info.attempt, time.monotonic() - started,
-                                             None, info.batch_id, True)
-            producer.begin_transaction()
-            opened_at = time.time()
-            self._send_all(producer, batches, info)
-            if self.rows == 0:
-                producer.abort_transaction()  # nothing reached the coordinator: ends locally
+            marker = find_marker(committed_offsets(producer, group), write_id, info.batch_id)
+            if marker is not None:
+                held.clear()
+                _drain(source)
+                log.info("kproducer sink: %s task %d (attempt %d): the partition was committed before (by attempt "
+                         "%s, %s rows): writing nothing", self.what, info.partition, info.attempt,
+                         marker.get("attempt"), marker.get("rows"))
                 return SinkCommitMessage(0, 0, {}, info.partition, info.attempt, time.monotonic() - started,
-                                         None, -1 if info.batch_id is None else info.batch_id)
-            if info.batch_id is not None and self.topic is not None:
-                marker = json.dumps({"batch": info.batch_id, "transactional_id": txn_id})
-                producer.send_offsets_to_transaction({(self.topic, 0): OffsetAndMetadata(info.batch_id, marker)},
-                                                     marker_group(prefix, info.partition))
+                                         None, batch_id, True)
+            producer.begin_transaction()
+            opened = time.monotonic()
+
+            def rest() -> Iterator[Any]:
+                while held:
+                    yield held.popleft()  # (dropping each held batch once it is sent)
+                if not complete:
+                    yield from source
+
+            self._send_all(producer, rest(), faults)
+            topic = self.topic if self.topic is not None else ""
+            offset = 0 if info.batch_id is None else info.batch_id
+            producer.send_offsets_to_transaction(
+                {(topic, 0): OffsetAndMetadata(offset, marker_metadata(write_id, info, self.rows))}, group)
             producer.flush()
             self._reap(block=True)
-            handle = prepare_transaction(producer)
+            producer.commit_transaction()
         except Exception as e:
-            if opened_at == 0.0:
+            if opened == 0.0:
                 raise self._failure(e, info, f"before a transaction was opened under {txn_id!r}; nothing was "
                                     "written") from e
+            timeout_ms = producer.config.transaction_timeout_ms if producer is not None else 0
+            why = self._explain(e, opened, timeout_ms, txn_id)
             aborted = "the transaction is aborted"
-            if producer is not None:
+            if producer is not None and not why:
                 try:
                     producer.abort_transaction(10.0)
                 except Exception as abort_error:
-                    aborted = (f"aborting the transaction failed ({type(abort_error).__name__}); the coordinator "
-                               "aborts it after transaction.timeout.ms, or the next attempt does")
-                self._count_delivered()
-            raise self._failure(e, info, f"{self.rows} rows written in transaction {txn_id!r}; {aborted}: "
-                                "read_committed consumers never see them, Spark's retry writes them again") from e
+                    aborted = (f"aborting the transaction failed ({type(abort_error).__name__}); the next attempt "
+                               "aborts it, or the coordinator after transaction.timeout.ms")
+            elif why:
+                aborted = "the transaction was aborted"
+            self._count_delivered()
+            raise self._failure(e, info, f"{self.rows} rows written in a transaction under {txn_id!r}; {aborted}"
+                                f"{why}: read_committed consumers never see them") from e
         finally:
             if producer is not None:
-                producer.close(0 if opened_at == 0.0 else 10.0)
+                try:
+                    producer.close(0 if opened == 0.0 else 10.0)
+                except Exception:
+                    log.warning("kproducer sink: closing the transactional producer failed", exc_info=True)
+        open_ms = (time.monotonic() - opened) * 1000.0
         seconds = time.monotonic() - started
-        log.info("kproducer sink: task %d wrote %d rows (%d bytes) in %.2f s in transaction %r (pid %d), not "
-                 "committed yet", info.partition, self.rows, self.bytes, seconds, txn_id, os.getpid())
-        return SinkCommitMessage(self.rows, self.bytes, self.offsets, info.partition, info.attempt, seconds,
-                                 handle.to_dict(), -1 if info.batch_id is None else info.batch_id, False, opened_at)
-
-
-def last_committed_batch(producer: Producer, group: str) -> int:
-    """The highest micro-batch id a partition's transactions recorded as committed offsets of ``group``
-    (-1: none)."""
-    offsets = committed_offsets(producer, group)
-    return max((offset for offset, _meta in offsets.values()), default=-1)
-
-
-#: concurrent EndTxn / InitProducerId calls the driver makes when ending a write's transactions
-_DRIVER_PARALLELISM = 8
-
-
-def _parallel(calls: Sequence[Callable[[], Any]]) -> List[Optional[BaseException]]:
-    """Run ``calls`` on a few threads; each one's exception (None: it succeeded)."""
-    def run(call: Callable[[], Any]) -> Optional[BaseException]:
-        try:
-            call()
-            return None
-        except Exception as e:
-            return e
-
-    if len(calls) <= 1:
-        return [run(c) for c in calls]
-    with ThreadPoolExecutor(min(_DRIVER_PARALLELISM, len(calls))) as pool:
-        return list(pool.map(run, calls))
-
-
-class _Transactions:
-    """The driver's side of exactly-once: commit or abort the tasks' transactions."""
-
-    def __init__(self, opts: SinkOptions) -> None:
-        self.opts = opts
-        self.timeout_ms = ProducerConfig(opts.settings).transaction_timeout_ms
-
-    def _handles(self, messages: Sequence[Optional[WriterCommitMessage]]) \
-            -> List[Tuple[SinkCommitMessage, TransactionHandle]]:
-        out = [(m, TransactionHandle.from_dict(m.transaction)) for m in messages
-               if isinstance(m, SinkCommitMessage) and m.transaction]
-        return sorted(out, key=lambda mh: mh[0].partition_id)
-
-    def _explain(self, m: SinkCommitMessage, h: TransactionHandle, e: BaseException) -> str:
-        text = f"task {m.partition_id} (transaction {h.transactional_id!r}): {type(e).__name__}: {e}"
-        fenced = isinstance(e, ProducerFencedError) or isinstance(e.__cause__, ProducerFencedError)
-        if fenced:
-            open_ms = (time.time() - m.opened_at) * 1000.0
-            if m.opened_at and open_ms >= self.timeout_ms:
-                text += (f" -- the transaction was open {open_ms:.0f} ms, longer than transaction.timeout.ms="
-                         f"{self.timeout_ms}: the coordinator aborted it; raise kafka.transaction.timeout.ms")
-            else:
-                text += " -- another producer of this transactional id (a later run of the query) aborted it"
-        return text
-
-    def commit(self, messages: Sequence[Optional[WriterCommitMessage]], what: str) -> None:
-        handles = self._handles(messages)
-        settings = self.opts.settings
-        stop_after = self.opts.faults.get("test.fail.commit.after")
-        if stop_after is not None:
-            for _m, h in handles[:stop_after]:
-                commit_transaction(h, settings)
-            raise _InjectedFault(f"kproducer.test.fail.commit.after={stop_after}: the driver stops after committing "
-                                 f"{min(stop_after, len(handles))} of {len(handles)} transactions of {what} "
-                                 "(fault injection for tests)")
-        kill_after = self.opts.faults.get("test.kill.driver.after.commits")
-        if kill_after is not None:
-            for _m, h in handles[:kill_after]:
-                commit_transaction(h, settings)
-            log.warning("kproducer sink: kproducer.test.kill.driver.after.commits: killing the driver after %d "
-                        "commits", kill_after)
-            os.kill(self.opts.faults["test.kill.driver.pid"], signal.SIGKILL)
-            os._exit(1)
-        # other attempts of these tasks (a speculative copy that lost, a crashed run's attempt) may have left a
-        # transaction open under their own transactional ids: InitProducerId aborts it and fences them. Done
-        # together with the commits (Spark hands commit() only the winning attempts' messages).
-        fence = [transactional_id(h.transactional_id.rsplit("-", 2)[0], m.partition_id, k)
-                 for m, h in handles for k in range(m.attempt + 2) if k != m.attempt]
-        calls: List[Callable[[], Any]] = [partial(commit_transaction, h, settings) for _m, h in handles]
-        calls += [partial(abort_transactional_id, t, settings) for t in fence]
-        outcomes = _parallel(calls)
-        errors = outcomes[:len(handles)]
-        for tid, e in zip(fence, outcomes[len(handles):]):
-            if e is not None:
-                log.warning("kproducer sink: could not abort what %r may have left open (%s: %s); the coordinator "
-                            "aborts it after transaction.timeout.ms", tid, type(e).__name__, e)
-        failed = [(m, h, e) for (m, h), e in zip(handles, errors) if e is not None]
-        if failed:
-            done = sorted(m.partition_id for (m, _h), e in zip(handles, errors) if e is None)
-            raise SinkWriteError(
-                f"kproducer sink: committing {what} failed for {len(failed)} of {len(handles)} tasks: "
-                + "; ".join(self._explain(m, h, e) for m, h, e in failed)
-                + f". The transactions of tasks {done} are committed. A streaming query restarted from its "
-                "checkpoint replays the micro-batch: those tasks write nothing again, the others write theirs.")
-
-    def abort(self, messages: Sequence[Optional[WriterCommitMessage]]) -> int:
-        handles = self._handles(messages)
-        if self.opts.faults.get("test.fail.commit.after") is not None:
-            # the injected failure stands for a driver that died mid-commit: a dead driver aborts nothing
-            log.warning("kproducer sink: kproducer.test.fail.commit.after is set: leaving %d transactions open",
-                        len(handles))
-            return 0
-        settings = self.opts.settings
-        errors = _parallel([partial(abort_transaction, h, settings) for _m, h in handles])
-        for (m, h), e in zip(handles, errors):
-            if e is not None:
-                log.warning("kproducer sink: aborting the transaction of task %d (%r) failed (%s: %s); the "
-                            "coordinator aborts it after transaction.timeout.ms", m.partition_id,
-                            h.transactional_id, type(e).__name__, e)
-        return len(handles)
+        log.info("kproducer sink: %s task %d (attempt %d) wrote %d rows (%d bytes) in %.2f s and committed them "
+                 "under %r (the transaction open %.0f ms; pid %d)", self.what, info.partition, info.attempt,
+                 self.rows, self.bytes, seconds, txn_id, open_ms, os.getpid())
+        return SinkCommitMessage(self.rows, self.bytes, self.offsets, info.partition, info.attempt, seconds, txn_id,
+                                 batch_id, False, open_ms)
 
 
 def _format_offsets(offsets: OffsetRanges) -> str:
     return ", ".join(f"{t}-{p}: {lo}..{hi}" for (t, p), (lo, hi) in sorted(offsets.items()))
 
 
+def _committed_tasks(messages: Sequence[Optional[WriterCommitMessage]]) -> Tuple[List[int], List[int]]:
+    """(Spark partitions whose task committed rows, partitions whose task found them committed before)."""
+    wrote = sorted(m.partition_id for m in messages if isinstance(m, SinkCommitMessage) and m.transactional_id)
+    skipped = sorted(m.partition_id for m in messages if isinstance(m, SinkCommitMessage) and m.skipped)
+    return wrote, skipped
+
+
 class KafkaBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
-    """``df.write.format("kproducer")``: each task sends its Arrow batches with ``send_batch``, flushes,
-    and returns a :class:`SinkCommitMessage`."""
+    """``df.write.format("kproducer")``: each task sends its Arrow batches with ``send_batch``, flushes (exactly_once:
+    commits its transaction), and returns a :class:`SinkCommitMessage`."""
 
     def __init__(self, opts: SinkOptions, plan: ColumnPlan) -> None:
         self.opts = opts
         self.plan = plan
-        #: exactly_once: the prefix of this write's transactional ids (chosen here, on the driver)
-        self.prefix = opts.transactional_id_prefix or f"kproducer-{uuid.uuid4().hex}"
+        #: exactly_once: this write's id (kproducer.write.id, else a new one per save()) and the prefix of its
+        #: transactional ids and marker groups (chosen here, on the driver)
+        self.write_id = opts.write_id or uuid.uuid4().hex
+        self.prefix = opts.transactional_id_prefix or f"kproducer-{self.write_id}"
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        return _Task(self.opts, self.plan, "write", self.prefix).run(iterator)
+        return _Task(self.opts, self.plan, "write", self.prefix, self.write_id).run(iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         rows, nbytes, offsets = summarize(messages)
         if self.opts.exactly_once:
-            _Transactions(self.opts).commit(messages, "the write")
-        log.info("kproducer sink: wrote %d rows (%d bytes)%s: %s", rows, nbytes,
-                 " exactly once" if self.opts.exactly_once else "", _format_offsets(offsets))
+            wrote, skipped = _committed_tasks(messages)
+            log.info("kproducer sink: write %r committed exactly once: %d rows (%d bytes) by the tasks of Spark "
+                     "partitions %s%s: %s", self.write_id, rows, nbytes, wrote,
+                     f"; partitions {skipped} were committed before (by another attempt or an earlier run)"
+                     if skipped else "", _format_offsets(offsets))
+        else:
+            log.info("kproducer sink: wrote %d rows (%d bytes): %s", rows, nbytes, _format_offsets(offsets))
+        _driver_faults(self.opts, "the write")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         rows, _nbytes, offsets = summarize(messages)
         if self.opts.exactly_once:
-            n = _Transactions(self.opts).abort(messages)
-            log.warning("kproducer sink: the write failed; the transactions of %d tasks that succeeded are aborted "
-                        "(%d rows that read_committed consumers never see)", n, rows)
+            wrote, skipped = _committed_tasks(messages)
+            log.warning("kproducer sink: the write failed. Each task commits its own transaction: the tasks of Spark "
+                        "partitions %s committed %d rows (read_committed consumers see them)%s; the failed tasks' "
+                        "rows are aborted. Run the same write again with .option('kproducer.write.id', %r) to write "
+                        "the rest exactly once: the partitions committed before then write nothing", wrote + skipped,
+                        rows, f" ({skipped} before this run)" if skipped else "", self.write_id)
             return
         log.warning("kproducer sink: the write failed; %d rows of tasks that succeeded stay written (Kafka has no "
                     "rollback): %s", rows, _format_offsets(offsets))
@@ -503,19 +591,22 @@ class KafkaStreamWriter(_StreamWriterBase):  # type: ignore[misc,valid-type]
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         rows, nbytes, offsets = summarize(messages)
         if self.opts.exactly_once:
-            skipped = sum(1 for m in messages if isinstance(m, SinkCommitMessage) and m.skipped)
-            _Transactions(self.opts).commit(messages, f"micro-batch {batchId}")
+            _wrote, skipped = _committed_tasks(messages)
             if skipped:
-                log.info("kproducer sink: micro-batch %d was replayed; %d tasks found their rows committed before "
-                         "and wrote nothing", batchId, skipped)
-        log.info("kproducer sink: micro-batch %d wrote %d rows (%d bytes): %s", batchId, rows, nbytes,
-                 _format_offsets(offsets))
+                log.info("kproducer sink: micro-batch %d: the tasks of Spark partitions %s found it committed before "
+                         "(a replay) and wrote nothing", batchId, skipped)
+        log.info("kproducer sink: micro-batch %d wrote %d rows (%d bytes)%s: %s", batchId, rows, nbytes,
+                 " exactly once" if self.opts.exactly_once else "", _format_offsets(offsets))
+        _driver_faults(self.opts, f"micro-batch {batchId}")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         rows, _nbytes, offsets = summarize(messages)
         if self.opts.exactly_once:
-            n = _Transactions(self.opts).abort(messages)
-            log.warning("kproducer sink: micro-batch %d failed; the transactions of %d tasks are aborted", batchId, n)
+            wrote, _skipped = _committed_tasks(messages)
+            log.warning("kproducer sink: micro-batch %d failed; the tasks of Spark partitions %s committed %d rows, "
+                        "the failed tasks' rows are aborted. Restarted from its checkpoint, the query replays the "
+                        "micro-batch: the partitions committed write nothing, the others write theirs", batchId,
+                        wrote, rows)
             return
         log.warning("kproducer sink: micro-batch %d failed; %d rows of tasks that succeeded stay written: %s",
                     batchId, rows, _format_offsets(offsets))
@@ -553,8 +644,11 @@ class KafkaSink(DataSource):  # type: ignore[misc]
         # overwrite is True for outputMode("complete"): as in Spark's kafka sink, every trigger then
         # appends the whole result table (there is nothing to truncate)
         opts, plan = self._validate(schema)
+        if opts.write_id is not None:
+            raise SinkSchemaError("option 'kproducer.write.id' is for batch writes: a streaming query's writes are "
+                                  "identified by its query id (kept in the checkpoint) and micro-batch ids")
         return KafkaStreamWriter(opts, plan, schema)
 
 
 __all__ = ["KafkaBatchWriter", "KafkaSink", "KafkaStreamWriter", "SinkCommitMessage", "SinkWriteError", "TaskInfo",
-           "last_committed_batch", "marker_group", "summarize", "transactional_id"]
+           "find_marker", "marker_group", "marker_metadata", "summarize", "transactional_id"]

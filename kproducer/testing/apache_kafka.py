@@ -248,7 +248,11 @@ class ApacheKafka:
     replacements of ours (e.g. ``{"connections.max.reauth.ms": "5000"}``); ``controller_config`` the same for
     the controller (e.g. ``{"broker.session.timeout.ms": "3000"}``: how long a killed broker stays leader of
     its partitions, 9 s by default). ``version``: the Apache Kafka
-    version to resolve with Maven (ignored with ``KAFKA_HOME``). ``heap``: each JVM's ``-Xmx``.
+    version to resolve with Maven (ignored with ``KAFKA_HOME``). ``heap``: each JVM's ``-Xmx``. ``jvm_options``:
+    more options of every node's JVM, e.g. the system property Kafka 4.x needs before a broker fetches a JWKS
+    (``-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=http://127.0.0.1:8080/jwks``); settings of one listener are
+    ``broker_config`` entries with the listener prefix (``listener.name.sasl_plaintext.oauthbearer.sasl.server.
+    callback.handler.class``).
 
     Use it as a context manager (or :meth:`start` / :meth:`close`). ``kill``, ``stop`` and ``restart`` take a
     broker id. The directory (:attr:`directory`) keeps every node's ``server.properties`` and ``server.log``
@@ -260,7 +264,7 @@ class ApacheKafka:
                  ssl_client_auth: str = "none", broker_config: Optional[Mapping[str, str]] = None,
                  controller_config: Optional[Mapping[str, str]] = None,
                  version: Optional[str] = None, heap: str = "768m", start_timeout: float = 180.0,
-                 keep_directory: bool = False) -> None:
+                 keep_directory: bool = False, jvm_options: Sequence[str] = ()) -> None:
         if brokers < 1:
             raise ValueError(f"brokers must be 1 or more, got {brokers}")
         unknown = [name for name in listeners if name not in LISTENERS]
@@ -276,6 +280,7 @@ class ApacheKafka:
         self.ssl_client_auth = ssl_client_auth
         self.broker_config = dict(broker_config or {})
         self.controller_config = dict(controller_config or {})
+        self.jvm_options: Tuple[str, ...] = tuple(jvm_options)
         self._asked_version = version
         self.heap = heap
         self.start_timeout = start_timeout
@@ -767,7 +772,7 @@ class ApacheKafka:
         cmd = [java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                "-Djava.awt.headless=true", f"-Dkproducer.log.file={node.log_path}",
                f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2.properties')}",
-               "-cp", self.class_path, "kafka.Kafka", node.config_path]
+               *self.jvm_options, "-cp", self.class_path, "kafka.Kafka", node.config_path]
         out = open(node.out_path, "ab")
         try:
             node.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -329,6 +329,9 @@ class ScriptedTransport:
     def setup_timeout_error(self, node_id: int) -> None:
         return None  # no TLS here: a stalled connection says nothing about the settings
 
+    def connection_ready(self, node_id: int) -> None:
+        pass  # (no limit on a response's size here)
+
     def clear_results(self) -> None:
         self.connected = []
         self.completed_sends = []

@@ -131,7 +131,7 @@ def test_served_versions_are_what_api_versions_advertises() -> None:
 
 
 @pytest.mark.parametrize("bad,match", [
-    ({"Produce": 12}, "up to v11"),
+    ({"Produce": 13}, "up to v12"),
     ({"NoSuchApi": 1}, "unknown or unserved API"),
     ({"ApiVersions": None}, "cannot be left out"),
     ({"Produce": (5, 4)}, "not a range"),

@@ -49,13 +49,14 @@ def arrow_batch_rows(spark: Any, n: int) -> Iterator[None]:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
-def stream(spark: Any, bootstrap: str, topic: str, checkpoint: str, rows: int, **options: str) -> Any:
-    """An availableNow exactly-once query from a ``rate-micro-batch`` source (``rows`` per micro-batch, two
-    Spark partitions; value = the row number as a string), started."""
+def stream(spark: Any, bootstrap: str, topic: str, checkpoint: str, rows: int, guarantee: str = "exactly_once",
+           **options: str) -> Any:
+    """An availableNow query from a ``rate-micro-batch`` source (``rows`` per micro-batch, two Spark partitions;
+    value = the row number as a string) with ``kproducer.guarantee=guarantee``, started."""
     query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", rows).option("numPartitions", 2)
              .load().selectExpr("CAST(value AS STRING) AS value")
              .writeStream.format("kproducer").option("kafka.bootstrap.servers", bootstrap)
-             .option("topic", topic).option("kproducer.guarantee", "exactly_once")
+             .option("topic", topic).option("kproducer.guarantee", guarantee)
              .option("checkpointLocation", checkpoint))
     for k, v in options.items():
         query = query.option(k, v)
@@ -76,15 +77,19 @@ def forget_commit(checkpoint: str, batch_id: int) -> None:
             os.remove(path)
 
 
-def batch_writer(bootstrap: str, topic: str, prefix: Optional[str] = None, **options: str) -> KafkaBatchWriter:
+def batch_writer(bootstrap: str, topic: str, prefix: Optional[str] = None, write_id: Optional[str] = None,
+                 **options: str) -> KafkaBatchWriter:
     """A ``KafkaBatchWriter`` (exactly_once, ``kafka.linger.ms=1``) for rows of :func:`rows` (value, partition),
-    to call write()/commit()/abort() directly with a task context of the test's choosing (:func:`as_task`)."""
+    to call write()/commit()/abort() directly with a task context of the test's choosing (:func:`as_task`). Each
+    call stands for one ``save()``: without ``write_id`` each gets a new random write id."""
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     settings = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "kproducer.guarantee": "exactly_once",
                 "kafka.linger.ms": "1"}
     if prefix:
         settings["kproducer.transactional.id.prefix"] = prefix
+    if write_id:
+        settings["kproducer.write.id"] = write_id
     opts = parse_options(dict(settings, **options))
     schema = StructType([StructField("value", StringType()), StructField("partition", IntegerType())])
     return KafkaBatchWriter(opts, check_schema(schema, opts.topic))

@@ -1,14 +1,22 @@
 """The ``kproducer`` Spark sink against a real Apache Kafka cluster (the session's ``apache_kafka``: 3 brokers,
 PLAINTEXT listener), read back with kafka-python and confluent-kafka -- as read_committed consumers where the
 write is exactly-once. Apache Kafka filters aborted transactions on read (tansu 0.6 does not), so this is where
-``kproducer.guarantee=exactly_once`` meets the real transaction coordinator: a task failing half-way and retried,
-a failed job, a micro-batch replayed after it was committed, a driver stopped between two tasks' commits.
+``kproducer.guarantee=exactly_once`` meets the real transaction coordinator: each task attempt commits its own
+transaction under ``<prefix>-<Spark partition>`` with the partition's marker (issue 29); a speculative copy
+fencing the first attempt mid-write, a task whose transaction outlives transaction.timeout.ms (aborted by the
+coordinator), a task failing half-way and retried, a failed job run again with the same ``kproducer.write.id``,
+a micro-batch replayed after it was committed, a driver failing in a micro-batch's commit. The at-least-once
+runs of the same faults (the controls) show the duplicates.
 
 Transaction states are read from the coordinators with kafka-python's admin client (ListTransactions /
-DescribeTransactions), independently of kproducer. Few rows and two Kafka partitions keep the file short.
+DescribeTransactions), the markers with its OffsetFetch (list_group_offsets), independently of kproducer. Few
+rows and two Kafka partitions keep the file short. The same scenarios on a Spark standalone cluster:
+test_spark_standalone.py.
 """
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 import time
@@ -19,9 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pytest
 
 from kproducer.producer.partitioner import murmur2
-from kproducer.producer.transaction_handle import abort_transactional_id
-from kproducer.spark import SinkWriteError
-from kproducer.spark._sink import transactional_id
+from kproducer.spark import SinkCommitMessage, SinkWriteError
+from kproducer.spark._sink import marker_group, transactional_id
 from tests.spark.eos_helpers import (
     arrow_batch_rows,
     as_task,
@@ -189,101 +196,88 @@ def test_at_least_once_keys_values_headers(spark: Any, apache_kafka: Any, topic:
     assert by_id == Counter(range(n))
 
 
-# -- exactly-once: the writers called directly (no Spark job): speculation, fencing, timeouts ------------------
+def markers(admin: Any, prefix: str, partitions: int) -> Dict[int, Dict[str, Any]]:
+    """Each Spark partition's marker (the metadata of its marker group's committed offset, read with kafka-python's
+    OffsetFetch): ``{partition: {"write", "partition", "attempt", "rows"[, "batch"]}}``."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for p in range(partitions):
+        group = marker_group(prefix, p)
+        offsets = admin.list_group_offsets({group: None})[group]
+        for om in offsets.values():
+            out[p] = json.loads(om.metadata)
+    return out
 
-@pytest.mark.parametrize("winner", [0, 1], ids=["first-attempt-wins", "speculative-copy-wins"])
-def test_speculative_second_attempt(apache_kafka: Any, admin: Any, monkeypatch: Any, topic: str,
-                                    winner: int) -> None:
-    """Attempts 0 and 1 of task 0 both write all its rows, each in a transaction under its own id; the
-    driver commits the winner's and, by InitProducerId on the loser's id, aborts the loser's."""
+
+# -- exactly-once: the writers called directly (no Spark job): attempts interleaved as we choose ------------------
+
+def test_speculative_copy_fences_the_first_attempt_mid_write(apache_kafka: Any, admin: Any, monkeypatch: Any,
+                                                             topic: str) -> None:
+    """kproducer.buffer.bytes=0: attempt 0 of task 0 has sent and flushed its first rows in its transaction when a
+    copy (attempt 1) runs from start to commit. The copy's InitProducerId (same transactional id) aborts attempt 0's
+    transaction; attempt 0's next request is refused and it fails naming the copy. A later copy (attempt 2) finds the
+    marker and writes nothing. The coordinator shows one transactional id per Spark partition, committed."""
     bootstrap = apache_kafka.bootstrap_servers
     prefix = f"ak-spec-{uuid.uuid4().hex[:8]}"
-    writer = batch_writer(bootstrap, topic, prefix)
+    writer = batch_writer(bootstrap, topic, prefix, **{"kproducer.buffer.bytes": "0",
+                                                       "kproducer.test.sleep.after.rows": "100",
+                                                       "kproducer.test.sleep.ms": "0"})
+    copy: List[SinkCommitMessage] = []
+
+    def attempt0_input() -> Any:
+        yield rows(0, 100, PARTITIONS)  # (flushed after it: kproducer.test.sleep.after.rows)
+        as_task(monkeypatch, 0, 1)
+        copy.append(writer.write(iter([rows(0, 200, PARTITIONS)])))
+        as_task(monkeypatch, 0, 0)
+        yield rows(100, 200, PARTITIONS)
+
     as_task(monkeypatch, 0, 0)
-    first = writer.write(iter([rows(0, 300, PARTITIONS)]))
-    as_task(monkeypatch, 0, 1)
-    second = writer.write(iter([rows(0, 300, PARTITIONS)]))
-    as_task(monkeypatch, 1, 0)
-    other = writer.write(iter([rows(300, 500, PARTITIONS)]))
-    loser = transactional_id(prefix, 0, 1 - winner)
-    assert open_transactions(admin, prefix) == {loser: "Ongoing", transactional_id(prefix, 0, winner): "Ongoing",
-                                                transactional_id(prefix, 1, 0): "Ongoing"}
-    writer.commit([first if winner == 0 else second, other])
-
-    assert read_values(bootstrap, topic) == Counter(range(500))
-    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 800
-    assert open_transactions(admin, prefix) == {}
-    states = transactions(admin, prefix)
-    assert states[transactional_id(prefix, 0, winner)] == "CompleteCommit", states
-    # the fenced loser: aborted (CompleteAbort), then Empty once InitProducerId finished bumping its epoch
-    assert states[loser] in ("CompleteAbort", "Empty"), states
-
-
-def test_commit_is_idempotent_and_abort_leaves_nothing(apache_kafka: Any, admin: Any, monkeypatch: Any,
-                                                       topic: str) -> None:
-    """A driver that commits twice (a retry): the coordinator answers the repeated EndTxn(commit) of a
-    committed transaction with success. abort() of another write: nothing of it is visible."""
-    bootstrap = apache_kafka.bootstrap_servers
-    prefix = f"ak-idem-{uuid.uuid4().hex[:8]}"
-    writer = batch_writer(bootstrap, topic, prefix)
-    as_task(monkeypatch, 0, 0)
-    msg = writer.write(iter([rows(0, 100, PARTITIONS)]))
-    writer.commit([msg])
-    writer.commit([msg])
-    assert read_values(bootstrap, topic) == Counter(range(100))
-
-    aborted_prefix = f"ak-idem-abort-{uuid.uuid4().hex[:8]}"
-    aborted = batch_writer(bootstrap, topic, aborted_prefix)
-    gone = aborted.write(iter([rows(100, 200, PARTITIONS)]))
-    aborted.abort([gone, None])
-    assert open_transactions(admin, aborted_prefix) == {}
-    assert transactions(admin, aborted_prefix) == {transactional_id(aborted_prefix, 0, 0): "CompleteAbort"}
-    assert read_values(bootstrap, topic) == Counter(range(100))
-    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 200
-
-
-def test_fenced_transaction_fails_the_commit_naming_the_task(apache_kafka: Any, admin: Any, monkeypatch: Any,
-                                                             topic: str) -> None:
-    """Another producer of the task's transactional id (InitProducerId) aborts its open transaction: the
-    driver's EndTxn(commit) with the old epoch is refused (PRODUCER_FENCED), and the error names the task."""
-    bootstrap = apache_kafka.bootstrap_servers
-    prefix = f"ak-fenced-{uuid.uuid4().hex[:8]}"
-    writer = batch_writer(bootstrap, topic, prefix)
-    as_task(monkeypatch, 0, 0)
-    msg = writer.write(iter([rows(0, 10, PARTITIONS)]))
-    abort_transactional_id(msg.transaction["transactional_id"], {"bootstrap.servers": bootstrap})
     with pytest.raises(SinkWriteError) as info:
-        writer.commit([msg])
+        writer.write(attempt0_input())
     text = str(info.value)
-    assert "committing the write failed for 1 of 1 tasks: task 0" in text, text
-    assert "another producer of this transactional id" in text, text
-    assert read_values(bootstrap, topic) == Counter()
-    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 10
+    assert "another attempt of this task (a speculative copy or Spark's retry) began under" in text, text
+    as_task(monkeypatch, 0, 2)
+    late = writer.write(iter([rows(0, 200, PARTITIONS)]))
+    assert (copy[0].rows, copy[0].skipped, late.rows, late.skipped) == (200, False, 0, True)
+
+    assert read_values(bootstrap, topic) == Counter(range(200))
+    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 300  # attempt 0's 100, aborted
+    assert open_transactions(admin, prefix) == {}
+    assert transactions(admin, prefix) == {transactional_id(prefix, 0): "CompleteCommit"}
+    assert markers(admin, prefix, 1) == {0: {"write": writer.write_id, "partition": 0, "attempt": 1, "rows": 200}}
 
 
-def test_transaction_timed_out_on_the_coordinator_fails_the_commit(apache_kafka: Any, admin: Any, monkeypatch: Any,
-                                                                   topic: str) -> None:
-    """A task's transaction left open longer than transaction.timeout.ms is aborted by the coordinator (its
-    periodic scan, transaction.abort.timed.out.transaction.cleanup.interval.ms: 10 s by default), with an
-    epoch bump: the driver's commit then fails saying the transaction outlived the timeout."""
+def test_task_transaction_outliving_the_timeout_fails_naming_it(apache_kafka: Any, admin: Any, monkeypatch: Any,
+                                                                topic: str) -> None:
+    """kproducer.buffer.bytes=0 and transaction.timeout.ms=3000: the task's input stops after its first rows until
+    the coordinator has aborted the transaction (its periodic scan,
+    transaction.abort.timed.out.transaction.cleanup.interval.ms: 10 s by default, with an epoch bump): the task
+    fails saying the transaction outlived the timeout and what to change. Nothing is visible."""
     bootstrap = apache_kafka.bootstrap_servers
     prefix = f"ak-timeout-{uuid.uuid4().hex[:8]}"
-    # the sink's check: transaction.timeout.ms > trigger interval (0) + request.timeout.ms
-    writer = batch_writer(bootstrap, topic, prefix, **{"kafka.transaction.timeout.ms": "5000",
-                                                       "kafka.request.timeout.ms": "4000"})
+    writer = batch_writer(bootstrap, topic, prefix, **{"kafka.transaction.timeout.ms": "3000",
+                                                       "kproducer.buffer.bytes": "0"})
+    tid = transactional_id(prefix, 0)
+    states: List[Dict[str, str]] = []
+
+    def stalled() -> Any:
+        yield rows(0, 20, PARTITIONS)
+        deadline = time.monotonic() + 90  # bounded: the timeout, then the coordinator's next scan
+        while time.monotonic() < deadline:
+            states.append(transactions(admin, prefix))
+            if states[-1].get(tid) in ("CompleteAbort", "Empty"):
+                break
+            time.sleep(0.5)
+        yield rows(20, 40, PARTITIONS)
+
     as_task(monkeypatch, 0, 0)
-    msg = writer.write(iter([rows(0, 20, PARTITIONS)]))
-    tid = transactional_id(prefix, 0, 0)
-    assert transactions(admin, prefix) == {tid: "Ongoing"}
-    # bounded wait: the timeout, then the coordinator's next scan
-    assert open_transactions(admin, prefix, 90.0, ongoing_too=True) == {}, "the coordinator aborts a timed-out one"
-    assert transactions(admin, prefix) == {tid: "CompleteAbort"}
     with pytest.raises(SinkWriteError) as info:
-        writer.commit([msg])
+        writer.write(stalled())
+    assert states[-1].get(tid) in ("CompleteAbort", "Empty"), states[-3:]  # the coordinator aborted it
+    assert "Ongoing" in [st.get(tid) for st in states], states[:3]
     text = str(info.value)
-    assert "longer than transaction.timeout.ms=5000: the coordinator aborted it" in text, text
+    assert "longer than transaction.timeout.ms=3000: the coordinator aborted it" in text, text
     assert read_values(bootstrap, topic) == Counter()
-    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 20
+    assert open_transactions(admin, prefix, 30.0, ongoing_too=True) == {}
 
 
 def test_refused_transaction_timeout_fails_the_task_before_writing(apache_kafka: Any, monkeypatch: Any,
@@ -307,7 +301,8 @@ def test_exactly_once_batch_write(spark: Any, apache_kafka: Any, admin: Any, top
     n = 5000
     prefix = f"ak-eos-{uuid.uuid4().hex[:8]}"
     df = spark.range(0, n, numPartitions=2).selectExpr("concat('k', id) AS key", "CAST(id AS STRING) AS value")
-    sink_write(df, apache_kafka.bootstrap_servers, topic, **{"kproducer.transactional.id.prefix": prefix})
+    sink_write(df, apache_kafka.bootstrap_servers, topic, **{"kproducer.transactional.id.prefix": prefix,
+                                                              "kproducer.write.id": "ak-eos-write"})
 
     bootstrap = apache_kafka.bootstrap_servers
     assert read_values(bootstrap, topic) == Counter(range(n))
@@ -316,10 +311,10 @@ def test_exactly_once_batch_write(spark: Any, apache_kafka: Any, admin: Any, top
     # nothing else in the log: no aborted attempt, and the tasks' transactions ended committed
     assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == n
     assert open_transactions(admin, prefix) == {}
-    states = transactions(admin, prefix)
-    for p in range(2):
-        assert states.get(transactional_id(prefix, p, 0)) == "CompleteCommit", states
-        assert states.get(transactional_id(prefix, p, 1)) == "Empty", states  # fenced by the driver
+    assert transactions(admin, prefix) == {transactional_id(prefix, p): "CompleteCommit" for p in range(2)}
+    found = markers(admin, prefix, 2)
+    assert {p: (m["write"], m["rows"]) for p, m in found.items()} == {0: ("ak-eos-write", n // 2),
+                                                                     1: ("ak-eos-write", n // 2)}
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
@@ -348,42 +343,51 @@ def test_task_failing_half_way_is_retried(spark: Any, apache_kafka: Any, admin: 
         return
     assert read_values(bootstrap, topic) == Counter(range(n))
     assert open_transactions(admin, prefix) == {}
-    states = transactions(admin, prefix)
-    # attempt 0 aborted its own transaction when it failed; attempt 1's was committed by the driver, which
-    # then fenced the ids of attempts 0 and 2 (InitProducerId: a completed transaction's id goes to Empty,
-    # an unknown id is created Empty)
-    for p in range(2):
-        assert states.get(transactional_id(prefix, p, 0)) == "Empty", states
-        assert states.get(transactional_id(prefix, p, 1)) == "CompleteCommit", states
-        assert states.get(transactional_id(prefix, p, 2)) == "Empty", states
+    # attempt 0 aborted its own transaction when it failed; attempt 1 committed under the same transactional id
+    assert transactions(admin, prefix) == {transactional_id(prefix, p): "CompleteCommit" for p in range(2)}
+    assert {p: m["attempt"] for p, m in markers(admin, prefix, 2).items()} == {0: 1, 1: 1}
 
 
-def test_failed_job_leaves_nothing_visible(spark: Any, apache_kafka: Any, admin: Any, topic: str) -> None:
-    """Task 1 fails in both attempts (partition 9 of 2); task 0's attempt 0 writes and flushes 100 rows,
-    then fails (fault injection), its attempt 1 writes all 200. The job fails: read_committed consumers see
-    none of its rows, although at least attempt 0's 100 are in the log (read_uncommitted)."""
-    prefix = f"ak-failed-{uuid.uuid4().hex[:8]}"
-    df = spark.range(0, 400, numPartitions=2).selectExpr(
-        "CAST(id AS STRING) AS value", "CAST(IF(id < 200, id % 2, 9) AS INT) AS partition")
-    with arrow_batch_rows(spark, 100), pytest.raises(Exception) as info:
-        sink_write(df, apache_kafka.bootstrap_servers, topic, **{
-            "kproducer.transactional.id.prefix": prefix, "kafka.max.block.ms": "5000",
-            "kproducer.test.fail.after.rows": "100"})
-    assert "Partition 9 of topic" in str(info.value) and "partition count 2" in str(info.value)
-    # task 0's last transaction ends aborted: by the driver's abort() when the task finished first, or by the
-    # task itself when Spark cancelled it (closing its producer aborts); bounded wait for the markers
-    assert open_transactions(admin, prefix, 90.0, ongoing_too=True) == {}
-    states = transactions(admin, prefix)
-    assert states.get(transactional_id(prefix, 0, 0)) == "CompleteAbort", states
-    assert "CompleteCommit" not in states.values(), states
+@pytest.mark.parametrize("same_write_id", [True, False], ids=["same-write-id", "control-no-write-id"])
+def test_failed_job_run_again(spark: Any, apache_kafka: Any, admin: Any, topic: str, same_write_id: bool,
+                              tmp_path: Any) -> None:
+    """Task 1's input fails in both attempts (a UDF, while a flag file exists, after a pause that lets task 0
+    commit): the job fails, task 0's rows are committed (each task commits its own), nothing holds back the last
+    stable offset. Run again (the flag gone) with the same kproducer.write.id, only task 1 writes; the control,
+    without a write id, writes task 0's rows again."""
+    from pyspark.sql.functions import udf
 
     bootstrap = apache_kafka.bootstrap_servers
+    n = 400
+    flag = str(tmp_path / "fail")
+    with open(flag, "w") as f:
+        f.write("task 1 fails while this file exists")
+
+    def check(i: int) -> str:
+        if i == n // 2 and os.path.exists(flag):
+            time.sleep(2.0)
+            raise ValueError("the input of task 1 failed")
+        return str(i)
+
+    df = spark.range(0, n, numPartitions=2).select(udf(check, "string")("id").alias("value"))
+    prefix = f"ak-rerun-{uuid.uuid4().hex[:8]}"
+    options = {"kproducer.write.id": prefix} if same_write_id else {}
+    with pytest.raises(Exception) as info:
+        sink_write(df, bootstrap, topic, **options)
+    assert "the input of task 1 failed" in str(info.value)
+    assert read_values(bootstrap, topic) == Counter(range(n // 2))
     ends = log_ends(bootstrap, topic)
-    assert ends["read_committed"] == ends["read_uncommitted"], ends  # nothing holds back the stable offset
-    written = read_values(bootstrap, topic, "read_uncommitted")
-    assert Counter(range(100)) <= written and set(written) <= set(range(200)), written
-    assert read_values(bootstrap, topic) == Counter()
-    assert confluent_read(bootstrap, topic) == []
+    assert ends["read_committed"] == ends["read_uncommitted"], ends  # no transaction left open
+    os.remove(flag)
+    sink_write(df, bootstrap, topic, **options)
+    if not same_write_id:
+        assert read_values(bootstrap, topic) == Counter(range(n)) + Counter(range(n // 2))
+        return
+    assert read_values(bootstrap, topic) == Counter(range(n))
+    assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == n
+    # the default prefix is kproducer-<write id>: task 0 committed in the first run, task 1 in the second
+    assert transactions(admin, f"kproducer-{prefix}") == {transactional_id(f"kproducer-{prefix}", p): "CompleteCommit"
+                                                           for p in range(2)}
 
 
 # -- exactly-once: streams ----------------------------------------------------------------------------------
@@ -415,41 +419,36 @@ def test_stream_micro_batch_replayed_after_commit_writes_nothing(spark: Any, apa
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def test_stream_driver_stopped_mid_commit_then_restarted(spark: Any, apache_kafka: Any, admin: Any,
-                                                         topic: str) -> None:
-    """The driver commits task 0's transaction of micro-batch 0 and stops (fault injection) with task 1's
-    left open on the coordinator. The query restarted from its checkpoint replays batch 0: task 0 writes
-    nothing, task 1's InitProducerId (same transactional id) aborts the open transaction and writes again."""
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_stream_driver_fails_in_the_commit_then_restarted(spark: Any, apache_kafka: Any, admin: Any, topic: str,
+                                                          guarantee: str) -> None:
+    """The driver fails in micro-batch 0's commit (fault injection), after both tasks committed their
+    transactions, before Spark records the batch in the checkpoint. The query restarted from its checkpoint
+    replays batch 0: exactly_once, both tasks find their markers (batch 0, written in their transactions) and
+    write nothing; the control (at_least_once) writes batch 0 again."""
     bootstrap = apache_kafka.bootstrap_servers
     rows = 200
     checkpoint = tempfile.mkdtemp(prefix="kproducer-ak-crash-")
     try:
-        query = stream(spark, bootstrap, topic, checkpoint, rows, **{"kproducer.test.fail.commit.after": "1"})
+        query = stream(spark, bootstrap, topic, checkpoint, rows, guarantee, **{"kproducer.test.fail.in.commit": "1"})
         with pytest.raises(Exception) as info:
             query.awaitTermination(120)
-        assert "kproducer.test.fail.commit.after=1" in str(info.value)
+        assert "kproducer.test.fail.in.commit" in str(info.value)
         prefix = f"kproducer-{query.id}"
-        task1 = transactional_id(prefix, 1, 0)
-        assert open_transactions(admin, prefix) == {task1: "Ongoing"}
-        described = admin.describe_transactions([task1])[task1]
-        # the rows' partitions and, for the micro-batch marker (TxnOffsetCommit), a __consumer_offsets partition
-        assert {tp.topic for tp in described.topic_partitions} == {topic, "__consumer_offsets"}, described
-        # task 0's rows are committed; task 1's hold back the last stable offset of the partitions it wrote to
-        ends = log_ends(bootstrap, topic)
-        for tp in described.topic_partitions:
-            if tp.topic == topic:
-                assert ends["read_committed"][tp.partition] < ends["read_uncommitted"][tp.partition], ends
-        assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == rows
+        if guarantee == "exactly_once":
+            assert {p: m["batch"] for p, m in markers(admin, prefix, 2).items()} == {0: 0, 1: 0}
 
-        query = stream(spark, bootstrap, topic, checkpoint, rows)
+        query = stream(spark, bootstrap, topic, checkpoint, rows, guarantee)
         query.awaitTermination(120)
         assert query.exception() is None
         seen = batches_run(query)
         assert seen[0] == 0, seen  # the replay of batch 0 (availableNow may run batch 1 too)
         total = rows * (max(seen) + 1)
+        if guarantee == "at_least_once":
+            assert read_values(bootstrap, topic) == Counter(range(total)) + Counter(range(rows))
+            return
         assert read_values(bootstrap, topic) == Counter(range(total))
-        # task 1's first transaction of batch 0 was written and aborted; task 0's was not written twice
-        assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == total + rows // 2
+        assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == total
         assert open_transactions(admin, prefix) == {}
         ends = log_ends(bootstrap, topic)
         assert ends["read_committed"] == ends["read_uncommitted"], ends

@@ -138,3 +138,30 @@ def test_cluster_id_never_starts_with_a_dash(monkeypatch: Any) -> None:
     assert first == "AAAAAAAAAAAAAAAAAAAAAA" and len(first) == 22
     monkeypatch.undo()
     assert all(not ak._cluster_id().startswith("-") for _ in range(500))
+
+
+def test_jvm_options_reach_every_node(monkeypatch: Any, tmp_path: Any) -> None:
+    """jvm_options (e.g. Kafka 4.x's allowed OAuth URLs, a system property) go on every node's java command line,
+    before the main class; listener-level settings are broker_config entries."""
+    allowed = "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=http://127.0.0.1:1/jwks"
+    commands = []
+
+    class FakePopen:
+        def __init__(self, cmd: Any, **kwargs: Any) -> None:
+            commands.append(list(cmd))
+
+    monkeypatch.setattr(ak, "java_binary", lambda: "java")
+    monkeypatch.setattr(ak.subprocess, "Popen", FakePopen)
+    kafka = ApacheKafka(listeners=("SASL_PLAINTEXT",), jvm_options=[allowed], broker_config={
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "x.Handler"})
+    kafka.directory = str(tmp_path)
+    kafka._configure()
+    assert kafka._controller is not None
+    for node in [kafka._controller, *kafka._brokers.values()]:
+        kafka._launch(node)
+    assert len(commands) == 2
+    for cmd in commands:
+        assert allowed in cmd and cmd.index(allowed) < cmd.index("kafka.Kafka")
+    assert kafka._brokers[1].properties[
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class"] == "x.Handler"
+    assert ApacheKafka().jvm_options == ()

@@ -247,7 +247,7 @@ SPECS: Dict[str, Tuple[Api, Spec, Spec]] = {
     "InitProducerId": (INIT_PRODUCER_ID, INIT_PRODUCER_ID_REQ, INIT_PRODUCER_ID_RESP),
 }
 
-EXPECTED_RANGES = {"ApiVersions": (0, 3), "Metadata": (1, 12), "Produce": (3, 11), "InitProducerId": (0, 5)}
+EXPECTED_RANGES = {"ApiVersions": (0, 3), "Metadata": (1, 12), "Produce": (3, 12), "InitProducerId": (0, 5)}
 EXPECTED_FLEXIBLE = {"ApiVersions": 3, "Metadata": 9, "Produce": 9, "InitProducerId": 2}
 
 ALL_VERSIONS = [(name, v) for name, (lo, hi) in EXPECTED_RANGES.items() for v in range(lo, hi + 1)]
@@ -848,13 +848,17 @@ def test_truncated_frames_raise_protocol_error_at_every_length() -> None:
                 decode_response(api, v, frame[:n])
 
 
-def test_trailing_garbage_raises_protocol_error() -> None:
+def test_trailing_garbage_raises_protocol_error_in_requests_and_is_skipped_in_responses() -> None:
+    # (responses: as Java's client, which ignores what follows the last field; tests/unit/test_trailing_bytes.py)
     for _name, api, v, kind, data in _all_encodings():
         for junk in (b"\x00", b"\xff\xff", b"garbage"):
-            with pytest.raises(ProtocolError):
-                _decode(api, v, kind, data + junk)
-    with pytest.raises(ProtocolError):
-        decode_response(PRODUCE, 10, PRODUCE_V10_RESPONSE + b"\x00")
+            if kind == "request":
+                with pytest.raises(ProtocolError):
+                    _decode(api, v, kind, data + junk)
+            else:
+                assert _decode(api, v, kind, data + junk) == _decode(api, v, kind, data)
+    assert decode_response(PRODUCE, 10, PRODUCE_V10_RESPONSE + b"\x00") == decode_response(PRODUCE, 10,
+                                                                                        PRODUCE_V10_RESPONSE)
 
 
 def test_corrupted_lengths_raise_protocol_error() -> None:

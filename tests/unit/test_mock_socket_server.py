@@ -302,7 +302,7 @@ def test_api_versions_lists_what_is_served(cluster: MockCluster, version: int) -
         body = c.request(API_VERSIONS, version, {"client_software_name": "t", "client_software_version": "1"})
     got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
     assert got == SERVED_VERSIONS
-    assert got[0] == (3, 11) and got[1] == (4, 12) and got[18] == (0, 3)
+    assert got[0] == (3, 12) and got[1] == (4, 12) and got[18] == (0, 3)
 
 
 def test_drop_connections_and_latency(cluster: MockCluster) -> None:

@@ -755,7 +755,8 @@ ALL_SECRETS: Dict[str, Any] = {
 
 def test_every_secret_setting_is_a_password_and_never_printed() -> None:
     assert secret_settings() == {"ssl.truststore.password", "ssl.keystore.key", "ssl.keystore.password",
-                                 "ssl.key.password", "sasl.jaas.config", "sasl.password"}
+                                 "ssl.key.password", "sasl.jaas.config", "sasl.password",
+                                 "sasl.oauthbearer.client.credentials.client.secret"}
     assert is_secret("ssl_password") and is_secret("sasl_plain_password") and is_secret("ssl.key.pem")
     assert not is_secret("ssl.ca.location") and not is_secret("no.such.setting")
     c = cfg(**ALL_SECRETS)

@@ -97,7 +97,7 @@ ACCEPTED = [("max_batch_size", 1000, "batch_size", 1000), ("queue.buffering.max.
             ("socket.send.buffer.bytes", 0, "send_buffer_bytes", -1),
             ("socket.receive.buffer.bytes", 65536, "receive_buffer_bytes", 65536)]
 #: names the page says are refused (no equivalent)
-RENAMED = ["api_version", "batch.num.messages", "queue.buffering.max.messages", "error_cb", "log_cb", "throttle_cb",
+RENAMED = ["api_version", "batch.num.messages", "queue.buffering.max.messages", "log_cb", "throttle_cb",
            "oauth_cb", "debug", "compression.level"]
 
 

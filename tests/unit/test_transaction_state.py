@@ -38,10 +38,11 @@ PRODUCER = pathlib.Path(__file__).resolve().parents[2] / "kproducer" / "producer
 
 def ready_manager() -> TransactionManager:
     tm = TransactionManager("tx")
-    tm.init_transactions()
+    result = tm.init_transactions()
     handler = tm.next_request(False)
     assert isinstance(handler, InitProducerIdHandler)
     assert tm.handle_response(handler, {"error_code": 0, "producer_id": 7, "producer_epoch": 3}) is Outcome.SUCCESS
+    result.wait(0)  # (the application sees the outcome: until then a retry of the call would get it again)
     assert tm.state is S.READY and tm.producer_id_and_epoch == (7, 3)
     return tm
 

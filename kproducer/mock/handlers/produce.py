@@ -3,6 +3,13 @@
 Each partition's records must be exactly one RecordBatch v2. The batch header and the CRC are checked
 (records are decoded only when the cluster validates records), then the producer's sequence and
 epoch, then the batch is appended as raw bytes with its base offset rewritten.
+
+A transactional batch needs its partition in the producer's transaction. Before v12 the client added it
+(AddPartitionsToTxn); otherwise the answer is, as Apache Kafka 4.1's verification answers, TRANSACTION_ABORTABLE
+(v11) or INVALID_TXN_STATE. From v12 (transactions v2, KIP-890) the leader adds it itself, as Kafka does: a batch
+of an epoch older than the partition knows is INVALID_PRODUCER_EPOCH, the coordinator's refusal is the answer
+(INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH for a fenced epoch), and a producer the partition has no
+batches of must start at sequence 0 (OUT_OF_ORDER_SEQUENCE_NUMBER).
 """
 from __future__ import annotations
 
@@ -11,13 +18,16 @@ from typing import List, Optional
 from ...protocol.errors import (
     NO_ERROR,
     CorruptMessageError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     InvalidRequiredAcksError,
     InvalidTxnStateError,
     MessageTooLargeError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
     ProtocolError,
+    TransactionAbortableError,
     TransactionalIdAuthorizationFailedError,
 )
 from ...protocol.records import (
@@ -43,6 +53,11 @@ LEADER_HINTS_VERSION = 10
 #: from this Produce version the client waits out a quota throttle itself (KIP-219); before, the broker
 #: holds the response back
 CLIENT_THROTTLE_VERSION = 6
+#: from this version a partition not in the transaction is TRANSACTION_ABORTABLE (KIP-890 part 1), before
+#: INVALID_TXN_STATE
+TRANSACTION_ABORTABLE_VERSION = 11
+#: from this version the leader adds a transactional batch's partition to the transaction (KIP-890 part 2)
+IMPLICIT_ADD_VERSION = 12
 
 
 def handle_produce(ctx: BrokerContext, request: Request) -> Result:
@@ -60,7 +75,8 @@ def handle_produce(ctx: BrokerContext, request: Request) -> Result:
         refused = produce_refusal(ctx.state.authorizer, request, name, transactional_id)  # ACLs
         for pd in topic_data["partition_data"]:
             result = (_result(pd["index"], refused) if refused else
-                      _produce_partition(ctx, name, pd["index"], pd["records"], acks, transactional_id))
+                      _produce_partition(ctx, name, pd["index"], pd["records"], acks, transactional_id,
+                                         request.version))
             if result["error_code"]:
                 any_error = True
                 if result["error_code"] == NotLeaderOrFollowerError.code and hints:
@@ -103,7 +119,7 @@ def _result(index: int, error: int, base_offset: int = -1, message: Optional[str
 
 
 def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optional[bytes], acks: int,
-                       transactional_id: Optional[str]) -> Body:
+                       transactional_id: Optional[str], version: int) -> Body:
     if acks not in VALID_ACKS:
         return _result(index, InvalidRequiredAcksError.code, message=f"acks must be -1, 0 or 1, not {acks}")
     injected = ctx.faults.take_error("produce")
@@ -153,15 +169,30 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
                            record_errors=[{"batch_index": batch_index, "batch_index_error_message": str(e)}])
     plog = p.log
     pid = header.producer_id
+    transactions_v2 = header.is_transactional and pid >= 0 and version >= IMPLICIT_ADD_VERSION
+    if transactions_v2:
+        refusal = _add_to_transaction(ctx, topic, index, header.producer_id, header.producer_epoch,
+                                      transactional_id)
+        if refusal is not None:
+            return refusal
     with plog.lock:
         if pid >= 0:
+            # (Kafka checks it where its verification started, i.e. unless the producer has data of this
+            # transaction here already -- and then it has batches)
+            if transactions_v2 and header.base_sequence != 0 and not plog.producers.has_batches(pid):
+                return _result(index, OutOfOrderSequenceNumberError.code,
+                               message=f"Invalid sequence number for producer {pid} in partition {topic}-{index}: "
+                                       f"{header.base_sequence} (incoming seq. number). Expected sequence 0 for "
+                                       "transactions v2 idempotent producer with no existing state.")
             check = plog.producers.check(pid, header.producer_epoch, header.base_sequence, header.last_sequence)
             if check.error:
                 return _result(index, check.error, message=check.message)
             if check.duplicate is not None:
                 return _result(index, NO_ERROR, check.duplicate.first_offset)
             if header.is_transactional and pid not in plog.txn_members:
-                return _result(index, InvalidTxnStateError.code,
+                code = (TransactionAbortableError.code if version >= TRANSACTION_ABORTABLE_VERSION
+                        else InvalidTxnStateError.code)
+                return _result(index, code,
                                message=f"partition {topic}-{index} is not part of producer {pid}'s transaction")
         base = plog.append(data, header, p.leader_epoch)
     ctx.state.notify_append(topic, index)
@@ -169,3 +200,24 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
     if after:  # fault injection: written, but the client is told it failed
         return _result(index, after, message="injected error after the batch was appended")
     return _result(index, NO_ERROR, base)
+
+
+def _add_to_transaction(ctx: BrokerContext, topic: str, index: int, producer_id: int, epoch: int,
+                        transactional_id: Optional[str]) -> Optional[Body]:
+    """Produce v12+: put the partition in the producer's transaction unless it is there already, as Apache Kafka's
+    ReplicaManager does before appending (its verification with TransactionSupportedOperation ADD_PARTITION). The
+    refusal to answer, or None."""
+    assert transactional_id is not None  # (a transactional batch without one was refused before)
+    p = ctx.state.partition(topic, index)
+    assert p is not None
+    with p.log.lock:  # (not held while the coordinator runs: it takes its lock, then the partition's)
+        known_epoch = p.log.producers.epoch_of(producer_id)
+        ongoing = p.log.txn_members.get(producer_id) == epoch
+    if known_epoch is not None and epoch < known_epoch:
+        return _result(index, InvalidProducerEpochError.code,
+                       message=f"Producer {producer_id}'s epoch {epoch} in {topic}-{index} is older than the "
+                               f"latest epoch {known_epoch}")
+    if ongoing:
+        return None
+    error = ctx.txn.add_implicitly(transactional_id, producer_id, epoch, [(topic, index)])
+    return _result(index, error) if error else None

@@ -74,7 +74,8 @@ def handle_sasl_handshake(ctx: BrokerContext, request: Request) -> Result:
         ctx.respond(request, {"error_code": UnsupportedSaslMechanismError.code, "mechanisms": mechanisms},
                      close_after_send=True)
         return DEFERRED
-    session.server = sasl_server(mechanism, users=security.users, scram_iterations=security.scram_iterations)
+    session.server = sasl_server(mechanism, users=security.users, scram_iterations=security.scram_iterations,
+                                 oauth_validator=security.oauth_validator)
     session.mechanism = mechanism
     session.state = SaslSession.AUTHENTICATE
     session.authenticated = False
@@ -111,8 +112,9 @@ def handle_sasl_authenticate(ctx: BrokerContext, request: Request) -> Result:
                  request.peer, e)
         security.stats.add("failures")
         session.server = None
-        message = (f"Authentication failed during {during} due to invalid credentials with SASL mechanism "
-                   f"{session.mechanism}")
+        # OAUTHBEARER: the JSON error of the refused token, as Apache Kafka's OAuthBearerSaslServer answers
+        message = getattr(server, "failure_message", None) or (
+            f"Authentication failed during {during} due to invalid credentials with SASL mechanism {session.mechanism}")
         ctx.respond(request, _auth_response(SaslAuthenticationFailedError.code, message), close_after_send=True)
         return DEFERRED
     if not server.complete:

@@ -94,19 +94,21 @@ def handle_add_offsets_to_txn(ctx: BrokerContext, request: Request) -> Result:
 
 
 def handle_end_txn(ctx: BrokerContext, request: Request) -> Result:
+    """v5+ (transactions v2) answers the producer id and epoch for the next transaction too."""
     body = request.body
     assert body is not None
     error = ctx.faults.take_error("end_txn") or transaction_refusal(ctx.state.authorizer, request,
                                                                      body["transactional_id"])
+    producer_id, epoch = -1, -1
     if not error:
         if not ctx.is_coordinator(body["transactional_id"]):
             error = NotCoordinatorError.code
         else:
-            error = ctx.txn.end_txn(
+            error, producer_id, epoch = ctx.txn.end_txn(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"],
                 request.version,
             )
-    return {"throttle_time_ms": 0, "error_code": error}
+    return {"throttle_time_ms": 0, "error_code": error, "producer_id": producer_id, "producer_epoch": epoch}
 
 
 def handle_txn_offset_commit(ctx: BrokerContext, request: Request) -> Result:

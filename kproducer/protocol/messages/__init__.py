@@ -150,9 +150,22 @@ def decode_response(api: Api, version: int, data: bytes) -> Tuple[int, Dict[str,
     return correlation_id, api.decode_response(version, data, pos)
 
 
-def negotiate_version(api: Api, broker_min: int, broker_max: int) -> Optional[int]:
-    """Highest version both sides support, or None when the ranges do not overlap."""
-    hi = min(api.max_version, broker_max)
+#: api key -> the first version that is transactions v2 (KIP-890 part 2; Java's
+#: ``LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2`` + 1): Produce v12 and TxnOffsetCommit v5 add the partition
+#: (the group's offsets) to the transaction on the broker's side, EndTxn v5 bumps the producer epoch at every
+#: transaction end and answers the new producer id and epoch. A client speaks them (``negotiate_version``'s
+#: ``max_version``) only when the cluster's ``transaction.version`` is at least :data:`TRANSACTION_V2_LEVEL`.
+TRANSACTION_V2_VERSIONS: Dict[int, int] = {PRODUCE.key: 12, END_TXN.key: 5, TXN_OFFSET_COMMIT.key: 5}
+#: the finalized ``transaction.version`` from which a cluster runs transactions v2
+TRANSACTION_V2_LEVEL = 2
+
+
+def negotiate_version(api: Api, broker_min: int, broker_max: int, max_version: Optional[int] = None
+                      ) -> Optional[int]:
+    """Highest version both sides support, or None when the ranges do not overlap. Ours ends at
+    ``api.client_max_version`` unless ``max_version`` asks for another end (up to ``api.max_version``)."""
+    ours = api.client_max_version if max_version is None else min(max_version, api.max_version)
+    hi = min(ours, broker_max)
     lo = max(api.min_version, broker_min)
     return hi if hi >= lo else None
 
@@ -170,6 +183,8 @@ __all__ = [
     "OFFSET_COMMIT",
     "OFFSET_FETCH",
     "TXN_OFFSET_COMMIT",
+    "TRANSACTION_V2_LEVEL",
+    "TRANSACTION_V2_VERSIONS",
     "INIT_PRODUCER_ID",
     "METADATA",
     "PRODUCE",

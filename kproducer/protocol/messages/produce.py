@@ -1,4 +1,9 @@
-"""Produce (key 0): record batches to partition leaders. v3+ carries RecordBatch v2."""
+"""Produce (key 0): record batches to partition leaders. v3+ carries RecordBatch v2.
+
+v12 has v11's fields; it is transactions v2 (KIP-890 part 2): the partition leader adds the partitions of a
+transactional request to the producer's transaction itself (no AddPartitionsToTxn from the client). Java sends
+v12+ in a transaction only when the cluster's ``transaction.version`` is 2 or more (v11 at most otherwise), so
+kproducer's client negotiates at most v11 unless it asks for more. v13 (topic ids, KIP-516) is not implemented."""
 from __future__ import annotations
 
 import struct
@@ -83,7 +88,7 @@ class ProduceApi(Api):
         return b"".join(self.encode_request_parts(version, body))
 
     def encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
-        if not 3 <= version <= 11:
+        if not 3 <= version <= 12:
             return [super().encode_request(version, body)]
         if speedups is not None:  # the compiled twin (fewer, larger parts; the same bytes)
             parts: Optional[List[Any]] = speedups.encode_produce_request(version, body)
@@ -176,7 +181,7 @@ class ProduceApi(Api):
         return parts
 
     def decode_response(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
-        if 3 <= version <= 11:
+        if 3 <= version <= 12:
             try:
                 if speedups is None:
                     return self._decode_response_fast(version, data, pos)
@@ -307,7 +312,7 @@ class ProduceApi(Api):
 PRODUCE = ProduceApi(
     0,
     "Produce",
-    versions="3-11",
+    versions="3-12",
     flexible="9+",
     request=[
         Field("transactional_id", "string", "3+", nullable="3+", default=None),
@@ -349,4 +354,5 @@ PRODUCE = ProduceApi(
             Field("rack", "string", nullable="10+"),
         ], "10+", tag=0),
     ],
+    client_max=11,
 )

@@ -1,5 +1,10 @@
 """TxnOffsetCommit (key 28): commit consumer offsets as part of a transaction (sent to the group
-coordinator; they become visible when the transaction commits)."""
+coordinator; they become visible when the transaction commits).
+
+v4 is v3 that may answer TRANSACTION_ABORTABLE (KIP-890 part 1). v5 is transactions v2 (KIP-890 part 2): the
+group coordinator adds the group's offsets to the transaction itself, so the client sends no AddOffsetsToTxn
+first. Java sends v5 only when the cluster's ``transaction.version`` is 2 or more (v4 at most otherwise), so
+kproducer's client negotiates at most v3 unless it asks for more."""
 from __future__ import annotations
 
 from ..schema import Api, Field
@@ -7,7 +12,7 @@ from ..schema import Api, Field
 TXN_OFFSET_COMMIT = Api(
     28,
     "TxnOffsetCommit",
-    versions="0-3",
+    versions="0-5",
     flexible="3+",
     request=[
         Field("transactional_id", "string"),
@@ -37,4 +42,5 @@ TXN_OFFSET_COMMIT = Api(
             ]),
         ]),
     ],
+    client_max=3,
 )

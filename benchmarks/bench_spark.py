@@ -12,9 +12,13 @@ foreachPartition loop.
     python benchmarks/bench_spark.py --broker apache-kafka --paths sink,sink-eos,spark-kafka,spark-kafka-tuned
                                                      # a 1-broker Apache Kafka (kproducer.testing.ApacheKafka),
                                                      # against Spark's own Kafka sink
+    python benchmarks/bench_spark.py --broker apache-kafka --rows 1000000 --repeat 3 \
+        --paths sink-keyed,sink-keyed-eos,spark-kafka-keyed   # issue 29's table: string key, 100 B value
 
 Paths: ``sink`` = ``df.write.format("kproducer")`` (at-least-once, the default), ``sink-eos`` = the same
-write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the driver),
+write with ``kproducer.guarantee=exactly_once`` (one transaction per task, committed by the task itself, with
+the partition's marker; issue 29), ``sink-keyed-eos``: the same on ``sink-keyed``'s DataFrame
+(``sink-keyed-eos-nobuf``: with ``kproducer.buffer.bytes=0``, a task sending from its first row),
 ``send`` = foreachPartition + Producer.send() per row, ``noop`` = ``df.write.format("kproducer-noop")``: a
 Python data source whose writer is, like the sink's, a ``DataSourceArrowWriter`` that receives the same
 Arrow batches in the same tasks and does nothing with them but count their rows (what Spark costs before
@@ -57,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -73,11 +78,16 @@ LABELS = {"noop": "do-nothing Python data source", "sink": "df.write.format('kpr
           "noop-unkeyed": "do-nothing, value only", "sink-unkeyed": "sink, value only (sticky)",
           "sink-rows": "  ... kproducer.columnar=false", "spark-kafka": "Spark's df.write.format('kafka')",
           "spark-kafka-tuned": "  ... batch.size=262144, linger.ms=5",
-          "spark-kafka-keyed": "Spark's kafka sink, key column"}
+          "spark-kafka-keyed": "Spark's kafka sink, key column",
+          "sink-keyed-eos": "  ... key column, exactly_once",
+          "sink-keyed-eos-nobuf": "  ... exactly_once, buffer.bytes=0"}
 #: which DataFrame each path writes (make_frames)
 FRAMES = {"noop": "partitioned", "sink": "partitioned", "sink-rows": "partitioned", "sink-eos": "partitioned", "send": "partitioned",
           "noop-keyed": "keyed", "sink-keyed": "keyed", "noop-unkeyed": "unkeyed", "sink-unkeyed": "unkeyed",
-          "spark-kafka": "partitioned", "spark-kafka-tuned": "partitioned", "spark-kafka-keyed": "keyed"}
+          "spark-kafka": "partitioned", "spark-kafka-tuned": "partitioned", "spark-kafka-keyed": "keyed",
+          "sink-keyed-eos": "keyed", "sink-keyed-eos-nobuf": "keyed"}
+#: the exactly-once paths (each task's transaction ends with a commit marker in each partition it wrote)
+EOS_PATHS = ("sink-eos", "sink-keyed-eos", "sink-keyed-eos-nobuf")
 #: Spark's Kafka connector (its version is chosen by connector_version)
 SPARK_KAFKA_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
@@ -348,12 +358,20 @@ def via_noop(df: Any, bootstrap: str, topic: str) -> None:
      .option("topic", topic).save())
 
 
+#: kproducer.* options for the exactly-once paths (--eos-option)
+EOS_OPTIONS: Dict[str, str] = {}
+
+
 def via_sink(df: Any, bootstrap: str, topic: str, settings: Dict[str, str], exactly_once: bool = False,
-             columnar: bool = True) -> None:
+             columnar: bool = True, buffer_bytes: Optional[int] = None) -> None:
     writer = (df.write.format("kproducer").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kproducer.columnar", str(columnar).lower()))
     if exactly_once:
         writer = writer.option("kproducer.guarantee", "exactly_once")
+        for k, v in EOS_OPTIONS.items():
+            writer = writer.option(k, v)
+        if buffer_bytes is not None:
+            writer = writer.option("kproducer.buffer.bytes", str(buffer_bytes))
     for k, v in settings.items():
         writer = writer.option(f"kafka.{k}", v)
     writer.save()
@@ -416,6 +434,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="the broker started here: tansu (the default) or a 1-broker Apache Kafka")
     ap.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                     help="a producer setting for every path, e.g. --setting linger.ms=10")
+    ap.add_argument("--eos-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a kproducer.* option for the exactly-once paths, e.g. --eos-option kproducer.buffer.bytes=0")
     ap.add_argument("--paths",
                     help="comma-separated (default noop,sink,sink-eos,send; with --broker apache-kafka "
                          "noop,sink,sink-eos,spark-kafka,send): " + ", ".join(LABELS))
@@ -433,6 +453,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown or not wanted:
         ap.error(f"--paths: unknown {sorted(unknown)}; choose from {', '.join(LABELS)}")
     settings = dict(s.split("=", 1) for s in args.setting)
+    EOS_OPTIONS.update(dict(s.split("=", 1) for s in args.eos_option))
     if kind == "tansu":
         # tansu 0.6 fails some pipelined appends to one partition with UNKNOWN_SERVER_ERROR
         # ("AlreadyExists ... .batch" in its log): one request in flight per connection avoids it
@@ -497,6 +518,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             "sink": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings),
             "sink-rows": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, columnar=False),
             "sink-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings, exactly_once=True),
+            "sink-keyed-eos": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings,
+                                                            exactly_once=True),
+            "sink-keyed-eos-nobuf": lambda frame, topic: via_sink(frame, broker.bootstrap, topic, settings,
+                                                                  exactly_once=True, buffer_bytes=0),
             "send": lambda frame, topic: frame.foreachPartition(send_loop(broker.bootstrap, topic, settings)),
             "spark-kafka": lambda frame, topic: via_spark_kafka(frame, broker.bootstrap, topic, settings),
             "spark-kafka-keyed": lambda frame, topic: via_spark_kafka(frame, broker.bootstrap, topic, settings),
@@ -525,8 +550,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     continue
                 count = broker.record_count(topic)
                 broker.delete_topic(topic)
-                # exactly-once: each transaction also ends with a commit marker in each of its partitions
-                markers = PARTITIONS if name == "sink-eos" else 0
+                # exactly-once: each task's transaction also ends with a commit marker in each of its partitions
+                markers = PARTITIONS * SPARK_TASKS if name in EOS_PATHS else 0
                 if count is not None and not args.rows <= count <= args.rows + markers:
                     print(f"  !! {topic} holds {count:,} records, expected {args.rows:,}"
                           + (f" (+ up to {markers} markers)" if markers else ""), flush=True)
@@ -535,8 +560,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 1
         best = {name: max(rates) for name, rates in results.items()}
         print("best: " + ", ".join(f"{name} {rate:,.0f} rows/s" for name, rate in best.items()))
-        if "sink" in best and "sink-eos" in best:
-            print(f"  exactly-once runs at {best['sink-eos'] / best['sink']:.2f}x the at-least-once rate")
+        median = {name: statistics.median(rates) for name, rates in results.items()}
+        print("median: " + ", ".join(f"{name} {rate:,.0f} rows/s ({len(results[name])} runs)"
+                                     for name, rate in median.items()))
+        for alos, eos in (("sink", "sink-eos"), ("sink-keyed", "sink-keyed-eos")):
+            if alos in best and eos in best:
+                print(f"  {eos} (exactly-once) runs at {best[eos] / best[alos]:.2f}x the at-least-once rate ({alos}; "
+                      f"medians: {median[eos] / median[alos]:.2f}x)")
         for sink_path, noop_path in (("sink", "noop"), ("sink-keyed", "noop-keyed"),
                                      ("sink-unkeyed", "noop-unkeyed")):
             if sink_path in best and noop_path in best:
@@ -547,7 +577,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"  the kproducer sink runs at {best['sink'] / best[theirs]:.2f}x Spark's Kafka sink ({theirs})")
         if "sink-keyed" in best and "spark-kafka-keyed" in best:
             print(f"  sink-keyed runs at {best['sink-keyed'] / best['spark-kafka-keyed']:.2f}x Spark's Kafka sink "
-                  "(spark-kafka-keyed)")
+                  f"(spark-kafka-keyed; medians: {median['sink-keyed'] / median['spark-kafka-keyed']:.2f}x)")
         if "sink" in best and "send" in best:
             print(f"  the sink is {best['sink'] / best['send']:.1f}x faster than the send() loop")
     finally:

@@ -7,9 +7,14 @@ Both ``produce`` and ``perf`` take producer settings with ``--command-config FIL
 the file): TLS and SASL settings included (docs/security.md). No message shows a secret value.
 
 ``kproducer produce``
-    Send lines of stdin (or ``--file``) as records, like kafka-console-producer and ``kcat -P``. With
-    ``--key-separator`` each line is ``KEY<sep>VALUE``. Delivery errors go to stderr; the exit status is 1
-    when any record failed, 2 for bad arguments or settings, 0 otherwise.
+    Send lines of stdin (or ``--file``) as records, like kafka-console-producer and ``kcat -P`` (whose
+    ``-P``, ``-K <delim>`` and ``-H name=value`` it takes, also as ``kproducer -P ...``). With
+    ``--key-separator`` (``-K``) each line is ``KEY<sep>VALUE``; kafka-console-producer's ``--property``
+    settings (``parse.key``, ``key.separator``, ``parse.headers``, ``null.marker``, ...) read lines as its
+    LineMessageReader does. Delivery errors go to stderr, with the input line number; ``-v`` prints each
+    record's ``topic-partition@offset``, input line and key; long runs print a progress line every
+    ``--reporting-interval`` seconds; the summary counts the lines read (delivered + failed + not
+    delivered). The exit status is 1 when any record failed, 2 for bad arguments or settings, 0 otherwise.
 ``kproducer perf``
     A load generator like kafka-producer-perf-test: progress lines on stderr, then records/s, MB/s and
     latency percentiles (``--json`` for one JSON object on stdout). Runs against an in-process mock
@@ -23,15 +28,17 @@ the file): TLS and SASL settings included (docs/security.md). No message shows a
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import re
 import sys
 import threading
+import time
 from typing import IO, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .errors import ConfigError, KafkaError, MessageTooLargeError
+from .errors import ConfigError, KafkaError, KafkaTimeoutError, MessageTooLargeError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -187,11 +194,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Send each line of stdin (or --file) as one record. Exit status 1 when any record "
                     "failed, 2 for bad arguments or settings.")
     _add_common(pr, "brokers to bootstrap from (or bootstrap.servers in --producer-prop/--producer-config)")
+    pr.add_argument("-P", dest="kcat_produce", action="store_true",
+                    help="kcat's produce mode: accepted (kproducer -P ... is kproducer produce ...)")
     pr.add_argument("-f", "--file", help="read lines from this file instead of stdin (- for stdin)")
     pr.add_argument("-K", "--key-separator", metavar="SEP",
-                    help="split each line at the first SEP into key and value (a line without SEP fails)")
+                    help="split each line at the first SEP into key and value, as kcat -K (a line without SEP "
+                         "fails); the same as --property parse.key=true --property key.separator=SEP")
     pr.add_argument("-H", "--header", dest="headers", action="append", type=key_value, default=[],
                     metavar="NAME=VALUE", help="a header added to every record (repeatable)")
+    pr.add_argument("--property", "--reader-property", dest="properties", action="append", type=key_value,
+                    default=[], metavar="NAME=VALUE",
+                    help="kafka-console-producer's line reader settings (repeatable): parse.key, key.separator "
+                         "(default a tab), parse.headers, headers.delimiter (tab), headers.separator (,), "
+                         "headers.key.separator (:), null.marker, ignore.error")
+    pr.add_argument("--reporting-interval", type=float, default=5.0, metavar="SECONDS",
+                    help="seconds between progress lines on stderr during long runs (default 5; 0 for none)")
     pr.add_argument("-p", "--partition", type=int, help="send every record to this partition")
     pr.add_argument("--acks", choices=["0", "1", "all", "-1"], help="acks (default all)")
     pr.add_argument("-z", "--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"],
@@ -201,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="give up waiting for acknowledgements after this long at the end (default: wait up "
                          "to delivery.timeout.ms)")
     pr.add_argument("-v", "--verbose", action="store_true",
-                    help="print each record's partition and offset to stdout, and a summary to stderr")
+                    help="print each record's topic-partition@offset, input line number and key to stdout "
+                         "(tab-separated), and a summary to stderr")
 
     pf = sub.add_parser(
         "perf", help="producer load test (like kafka-producer-perf-test)",
@@ -323,13 +341,17 @@ class _Delivery:
         self.delivered = 0
         self.failed = 0
 
-    def callback(self, lineno: int) -> Any:
+    def callback(self, lineno: int, key: Optional[bytes]) -> Any:
         def done(md: Any, exc: Optional[BaseException]) -> None:
             with self.lock:
                 if exc is None:
                     self.delivered += 1
                     if self.verbose:
-                        print(f"{md.topic}-{md.partition}@{md.offset}", file=self.out)
+                        # the offset with the input line (and key) it came from: lines complete out of order
+                        where = f"{md.topic}-{md.partition}@{md.offset}\tline {lineno}"
+                        if key is not None:
+                            where += "\tkey " + key.decode("utf-8", "backslashreplace")
+                        print(where, file=self.out)
                 else:
                     self._report(lineno, f"delivery failed: {type(exc).__name__}: {exc}")
         return done
@@ -344,6 +366,120 @@ class _Delivery:
             print(f"kproducer: line {lineno}: {why}", file=self.err)
         elif self.failed == self.max_reports + 1:
             print("kproducer: more records failed; only their count is reported at the end", file=self.err)
+
+
+#: kafka-console-producer's LineMessageReader settings (--property) and their defaults
+_READER_DEFAULTS: Dict[str, str] = {
+    "parse.key": "false", "key.separator": "\t", "parse.headers": "false", "headers.delimiter": "\t",
+    "headers.separator": ",", "headers.key.separator": ":", "ignore.error": "false",
+}
+_READER_PROPERTIES = tuple(_READER_DEFAULTS) + ("null.marker",)
+
+Headers = List[Tuple[str, Optional[bytes]]]
+
+
+class LineReader:
+    """A line as kafka-console-producer's LineMessageReader reads it: ``[headers<headers.delimiter>]
+    [key<key.separator>]value``, headers as ``name<headers.key.separator>value`` joined by
+    ``headers.separator`` (a literal string here; Kafka's tool takes a regular expression), a key, value,
+    or header value equal to ``null.marker`` is null. :meth:`parse` raises ValueError for a line without a
+    separator it needs, unless ``ignore.error`` (then, as Kafka's: no key, or a header without a value)."""
+
+    def __init__(self, properties: Dict[str, str]) -> None:
+        unknown = [name for name in properties if name not in _READER_PROPERTIES]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], _READER_PROPERTIES, n=1, cutoff=0.5)
+            raise ConfigError(f"unknown --property {unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                              + f" (line reader settings: {', '.join(_READER_PROPERTIES)})")
+        props = {**_READER_DEFAULTS, **properties}
+
+        def flag(name: str) -> bool:
+            return props[name].strip().lower() == "true"
+
+        def sep(name: str) -> bytes:
+            value = props[name].encode("utf-8")
+            if not value:
+                raise ConfigError(f"--property {name} must not be empty")
+            return value
+
+        self.parse_key = flag("parse.key")
+        self.key_separator = sep("key.separator")
+        self.parse_headers = flag("parse.headers")
+        self.headers_delimiter = sep("headers.delimiter")
+        self.headers_separator = sep("headers.separator")
+        self.headers_key_separator = sep("headers.key.separator")
+        self.ignore_error = flag("ignore.error")
+        marker = props.get("null.marker")
+        self.null_marker = marker.encode("utf-8") if marker is not None else None
+        # (Kafka's LineMessageReader.configure refuses the same pairs)
+        pairs = [("headers.delimiter", "headers.separator"), ("headers.delimiter", "headers.key.separator"),
+                 ("headers.separator", "headers.key.separator")]
+        if marker is not None:
+            pairs += [("null.marker", name) for name in ("key.separator", "headers.separator", "headers.delimiter",
+                                                          "headers.key.separator")]
+        for a, b in pairs:
+            if props[a] == props[b]:
+                raise ConfigError(f"--property {a} and {b} may not be equal")
+
+    def _null(self, b: bytes) -> Optional[bytes]:
+        return None if self.null_marker is not None and b == self.null_marker else b
+
+    def parse(self, line: bytes) -> Tuple[Optional[bytes], Optional[bytes], Optional[Headers]]:
+        """(key, value, headers) of one line."""
+        headers: Optional[Headers] = None
+        rest = line
+        if self.parse_headers:
+            text, found, after = line.partition(self.headers_delimiter)
+            if not found:
+                if not self.ignore_error:
+                    raise ValueError(f"no headers delimiter {self.headers_delimiter.decode()!r} in the line")
+            else:
+                rest = after
+                headers = self._headers(text)
+        key: Optional[bytes] = None
+        value: Optional[bytes] = rest
+        if self.parse_key:
+            k, found, v = rest.partition(self.key_separator)
+            if found:
+                key, value = self._null(k), v
+            elif not self.ignore_error:
+                raise ValueError(f"no key separator {self.key_separator.decode()!r} in the line")
+        return key, self._null(value) if value is not None else None, headers
+
+    def _headers(self, text: bytes) -> Optional[Headers]:
+        if self.null_marker is not None and text == self.null_marker or not text:
+            return None
+        out: Headers = []
+        for pair in text.split(self.headers_separator):
+            name, found, value = pair.partition(self.headers_key_separator)
+            if not found:
+                if not self.ignore_error:
+                    raise ValueError(f"no header key separator {self.headers_key_separator.decode()!r} in the "
+                                     f"header {pair.decode('utf-8', 'backslashreplace')!r}")
+                out.append((pair.decode("utf-8", "backslashreplace"), None))
+                continue
+            if self.null_marker is not None and name == self.null_marker:
+                raise ValueError("a header name may not be the null marker")
+            out.append((name.decode("utf-8", "backslashreplace"), self._null(value)))
+        return out
+
+
+def _reader(args: argparse.Namespace) -> LineReader:
+    """The line reader of ``--property`` settings, with kcat's ``-K SEP`` (parse.key=true, key.separator=SEP)."""
+    props: Dict[str, str] = {}
+    for name, value in args.properties:
+        props[name] = value
+    if args.key_separator is not None:
+        if args.key_separator == "":
+            raise ConfigError("--key-separator must not be empty")
+        given = props.get("key.separator")
+        if given is not None and given != args.key_separator:
+            raise ConfigError(f"-K {args.key_separator!r} and --property key.separator={given!r} disagree; give one")
+        if props.get("parse.key", "true").strip().lower() != "true":
+            raise ConfigError("-K (split a key off each line) and --property parse.key=false disagree; give one")
+        props["key.separator"] = args.key_separator
+        props["parse.key"] = "true"
+    return LineReader(props)
 
 
 def _lines(stream: IO[bytes]) -> Iterable[bytes]:
@@ -374,11 +510,10 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
             raise ConfigError(f"{name} is given both as an option ({value}) and as a producer setting "
                               f"({settings[name]}); give it once")
         settings[name] = value
-    headers: Optional[List[Tuple[str, Optional[bytes]]]] = \
-        [(k, v.encode("utf-8")) for k, v in args.headers] or None
-    sep = args.key_separator.encode("utf-8") if args.key_separator is not None else None
-    if sep == b"":
-        raise ConfigError("--key-separator must not be empty")
+    fixed: Headers = [(k, v.encode("utf-8")) for k, v in args.headers]
+    reader = _reader(args)
+    if args.reporting_interval < 0:
+        raise ConfigError("--reporting-interval must not be negative")
 
     producer = Producer(settings)
     delivery = _Delivery(args.verbose, sys.stdout, sys.stderr)
@@ -393,22 +528,34 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
         close_stream = True
     else:
         stream = stdin if stdin is not None else sys.stdin.buffer
-    sent = 0
+    read = 0
     aborted = False
+    started = time.monotonic()
+    interval = args.reporting_interval
+    next_report = started + interval if interval > 0 else float("inf")
+
+    def progress() -> None:
+        nonlocal next_report
+        now = time.monotonic()
+        next_report = now + interval
+        done = delivery.delivered + delivery.failed
+        print(f"kproducer: {read} lines read, {delivery.delivered} delivered, {delivery.failed} failed "
+              f"({done / max(now - started, 1e-9):.0f} records/s)", file=sys.stderr, flush=True)
+
     try:
         for lineno, line in enumerate(_lines(stream), 1):
-            key: Optional[bytes] = None
-            value = line
-            if sep is not None:
-                k, found, v = line.partition(sep)
-                if not found:
-                    delivery.fail(lineno, f"no key separator {args.key_separator!r} in the line")
-                    continue
-                key, value = k, v
+            read += 1
+            if time.monotonic() >= next_report:
+                progress()
             try:
-                future = producer.send(args.topic, value, key=key, headers=headers, partition=args.partition,
-                                       callback=delivery.callback(lineno))
-                sent += 1
+                key, value, line_headers = reader.parse(line)
+            except ValueError as e:
+                delivery.fail(lineno, str(e))
+                continue
+            headers = fixed + line_headers if line_headers else fixed
+            try:
+                future = producer.send(args.topic, value, key=key, headers=headers or None, partition=args.partition,
+                                       callback=delivery.callback(lineno, key))
                 if future.failed() and not isinstance(future.exception(0), MessageTooLargeError):
                     # send() could not queue it (its callback reported why): metadata timeout, buffer
                     # exhausted; the rest would fail the same way
@@ -424,7 +571,7 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
                 aborted = True
                 break
         try:
-            producer.flush(args.timeout)
+            _flush(producer, args.timeout, interval, progress)
         except KafkaError as e:
             print(f"kproducer: {e}", file=sys.stderr)
             aborted = True
@@ -435,11 +582,30 @@ def cmd_produce(args: argparse.Namespace, stdin: Optional[IO[bytes]] = None) -> 
         if close_stream:
             stream.close()
         producer.close(args.timeout if aborted else None)
-    if args.verbose or delivery.failed > delivery.max_reports:
-        print(f"kproducer: {sent} records sent to {args.topic}: {delivery.delivered} delivered, "
-              f"{delivery.failed} failed",
-              file=sys.stderr)
+    if args.verbose or aborted or delivery.failed > delivery.max_reports:
+        # every line read is delivered, failed, or (given up, interrupted) neither
+        unknown = read - delivery.delivered - delivery.failed
+        print(f"kproducer: {read} record{'s' if read != 1 else ''} read: {delivery.delivered} delivered, "
+              f"{delivery.failed} failed" + (f", {unknown} not delivered" if unknown > 0 else "")
+              + f" (topic {args.topic})", file=sys.stderr)
     return EXIT_FAILED if delivery.failed or aborted else EXIT_OK
+
+
+def _flush(producer: Any, timeout: Optional[float], interval: float, progress: Any) -> None:
+    """producer.flush(timeout), with a progress line every ``interval`` seconds (0: none) while it waits."""
+    if interval <= 0:
+        producer.flush(timeout)
+        return
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+        try:
+            producer.flush(wait)
+            return
+        except KafkaTimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            progress()
 
 
 # -- perf ---------------------------------------------------------------------------------------
@@ -495,6 +661,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit status (the console script exits with it)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in _SUBCOMMANDS and "-P" in args_list:
+        args_list.insert(0, "produce")  # kcat's habit: kproducer -P -b ... -t ...
     if args_list and args_list[0] in ("mock-cluster", "apache-kafka"):
         # commands with parsers of their own, imported only when asked for
         if args_list[0] == "mock-cluster":

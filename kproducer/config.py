@@ -212,6 +212,9 @@ _SETTINGS: List[_Setting] = [
              "rebootstrap after this long without metadata while a refresh is wanted", 0),
     _Setting("send.buffer.bytes", 131072, "int", "SO_SNDBUF (-1: OS default)", -1),
     _Setting("receive.buffer.bytes", 32768, "int", "SO_RCVBUF (-1: OS default)", -1),
+    _Setting("socket.keepalive.enable", True, "bool",
+             "SO_KEEPALIVE on broker connections (librdkafka's setting, default false there; Java's client always "
+             "sets it)"),
     _Setting("security.protocol", "PLAINTEXT", "choice", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
              choices=SECURITY_PROTOCOLS),
     # -- TLS (docs/security.md lists each setting's librdkafka and kafka-python names)
@@ -1070,6 +1073,7 @@ class ProducerConfig:
     metadata_recovery_rebootstrap_trigger_ms: int
     send_buffer_bytes: int
     receive_buffer_bytes: int
+    socket_keepalive_enable: bool
     security_protocol: str
     allow_auto_create_topics: bool
     ssl_truststore_type: Optional[str]

@@ -518,6 +518,9 @@ class MockCluster:
         """Process the next ``count`` requests of ``api`` but close the connection instead of answering."""
         self._faults.drop_responses(api, count)
 
+    def pending_drops(self, api: Union[str, int]) -> int:
+        return self._faults.pending_drops(api)
+
     def fail_after_append(self, codes: Iterable[int]) -> None:
         """The next partition batches a Produce appends are written and then answered with these error codes
         (one per appended batch; 0 answers normally): "the broker wrote it but answered an error" (see

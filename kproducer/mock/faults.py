@@ -108,6 +108,11 @@ class FaultInjector:
         with self._lock:
             self._drops[name] = self._drops.get(name, 0) + count
 
+    def pending_drops(self, api: Union[str, int]) -> int:
+        """How many of the responses ``drop_responses`` asked to lose for this API are still to come."""
+        with self._lock:
+            return self._drops.get(api_name(api), 0)
+
     def take_drop(self, name: str) -> bool:
         if not self._drops:
             return False

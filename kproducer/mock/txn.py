@@ -66,6 +66,7 @@ class TxnMetadata:
         "pending_offsets",
         "started_at_ms",
         "prev_producer_id",
+        "last_producer_epoch",
     )
 
     def __init__(self, transactional_id: str, producer_id: int, timeout_ms: int) -> None:
@@ -74,6 +75,9 @@ class TxnMetadata:
         self.producer_epoch = 0
         #: the producer id before an EndTxn v5 gave a new one (an exhausted epoch), to recognize its retry
         self.prev_producer_id = -1
+        #: the epoch before an InitProducerId with the producer's id and epoch bumped it (-1: none), to recognize
+        #: its retry (Apache Kafka's lastProducerEpoch)
+        self.last_producer_epoch = -1
         self.timeout_ms = timeout_ms
         self.state = EMPTY
         self.partitions: Set[TopicPartition] = set()
@@ -167,8 +171,14 @@ class TransactionCoordinator:
                 self.transactions[transactional_id] = meta
                 return NO_ERROR, meta.producer_id, meta.producer_epoch
             if producer_id >= 0 and (producer_id != meta.producer_id or epoch != meta.producer_epoch):
+                if producer_id == meta.producer_id and epoch == meta.last_producer_epoch >= 0 \
+                        and meta.state != ONGOING:
+                    # as Apache Kafka (prepareIncrementProducerEpoch): the retry of an epoch bump whose answer was
+                    # lost gets the bumped epoch again
+                    return NO_ERROR, meta.producer_id, meta.producer_epoch
                 return fenced_code("init_producer_id", version), -1, -1
             meta.timeout_ms = timeout_ms
+            before = (meta.producer_id, meta.producer_epoch, meta.state)
             if meta.state == ONGOING:
                 # as Apache Kafka: abort with a fencing epoch (the markers carry it), then a new epoch again
                 # for the caller -- the new producer gets the old epoch + 2
@@ -176,6 +186,10 @@ class TransactionCoordinator:
                 self._complete(meta, commit=False)
             self._bump_epoch(meta)
             meta.state = EMPTY
+            # a bump by the producer itself can be retried; a new producer's InitProducerId (or a fencing abort, or a
+            # new producer id) forgets the previous epoch, as Kafka does
+            bumped_own = producer_id >= 0 and before[2] != ONGOING and meta.producer_id == before[0]
+            meta.last_producer_epoch = before[1] if bumped_own else -1
             return NO_ERROR, meta.producer_id, meta.producer_epoch
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,

@@ -167,6 +167,7 @@ class Selector:
         resolver: Resolver = resolve,
         client_dns_lookup: str = "use_all_dns_ips",
         setup_max_receive_size: Optional[int] = None,
+        keepalive: bool = True,
     ) -> None:
         """``max_receive_size``: the largest frame taken on a connection; ``setup_max_receive_size``: a lower
         limit until :meth:`connection_ready` (None: the same), refused with :class:`FrameTooLargeError` as a
@@ -185,6 +186,7 @@ class Selector:
         self._hosts: Dict[Tuple[str, int], _HostAddresses] = {}
         self.send_buffer_bytes = send_buffer_bytes
         self.receive_buffer_bytes = receive_buffer_bytes
+        self.keepalive = keepalive  # SO_KEEPALIVE (socket.keepalive.enable)
         self.ssl_context = ssl_context
         # until one broker has answered (a TLS handshake done, or a plaintext answer), a peer that closes
         # during the TLS handshake (or before answering a plaintext request) most likely speaks the other
@@ -233,7 +235,8 @@ class Selector:
         sock.setblocking(False)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as Java's Selector.configureSocketChannel
+            if self.keepalive:  # as Java's Selector.configureSocketChannel (librdkafka: socket.keepalive.enable)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self.send_buffer_bytes > 0:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
             if self.receive_buffer_bytes > 0:

@@ -100,6 +100,11 @@ def to_bytes(what: str, obj: Any) -> Optional[bytes]:
     if isinstance(obj, str):
         hint = (f"; encode it (e.g. {what}={what}.encode()) or set {what}_serializer=str.encode (or 'str') when "
                 "creating the Producer")
+    elif isinstance(obj, (dict, list, tuple, int, float, bool)):
+        hint = (f"; to send it as JSON set {what}_serializer=\"json\" when creating the Producer (or pass a "
+                f"callable that makes bytes of it)")
+    else:
+        hint = f"; set {what}_serializer= (a callable returning bytes) when creating the Producer"
     raise TypeError(f"{what} must be bytes or None, got {type(obj).__name__}{hint}")
 
 
@@ -117,7 +122,8 @@ def serialized(what: str, fn: SerializeFn, topic: str, obj: Any, headers: List[H
 
 
 def check_headers(headers: Any) -> Optional[List[Header]]:
-    """Headers as a list of ``(str, bytes | None)`` pairs (None when there are none); TypeError otherwise."""
+    """Headers as a list of ``(str, bytes | None)`` pairs (None when there are none); TypeError otherwise. Given
+    as pairs or a dict; a str value is encoded as UTF-8 (as confluent-kafka does)."""
     if not headers:
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
@@ -127,10 +133,12 @@ def check_headers(headers: Any) -> Optional[List[Header]]:
             if not isinstance(k, str):
                 raise TypeError(f"header keys must be str, got {type(k).__name__} ({k!r})")
             if v is not None and type(v) is not bytes:
-                if isinstance(v, (bytearray, memoryview)):
+                if isinstance(v, str):
+                    v = v.encode("utf-8")
+                elif isinstance(v, (bytearray, memoryview)):
                     v = bytes(v)
                 else:
-                    raise TypeError(f"header {k!r}: value must be bytes or None, got {type(v).__name__}")
+                    raise TypeError(f"header {k!r}: value must be bytes, str or None, got {type(v).__name__}")
             out.append((k, v))
     except (TypeError, ValueError) as e:
         if isinstance(e, TypeError) and str(e).startswith("header"):
@@ -284,7 +292,7 @@ class RecordAdmission:
 
     def bulk_bytes(self, what: str, topic: str, items: Sequence[Any],
                    headers: Optional[List[Optional[List[Header]]]]) -> Sequence[Optional[bytes]]:
-        """Step 3 for a column of keys or values (``headers``: each record's mutable list, when a serializer
+        """Step 4 for a column of keys or values (``headers``: each record's mutable list, when a serializer
         is configured)."""
         fn = self.key_serializer if what == "key" else self.value_serializer
         if fn is not None:

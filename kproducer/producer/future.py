@@ -1,10 +1,13 @@
 """RecordMetadata and the light per-record future that resolves through its batch."""
 from __future__ import annotations
 
+import inspect
 import logging
 import numbers
 import threading
 import time
+import weakref
+from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import KafkaTimeoutError, NetworkThreadWaitError
@@ -28,6 +31,114 @@ class RecordMetadata(NamedTuple):
 
 
 Callback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
+
+#: the functions known to take (metadata, exception), by the id of their code object (a lambda written in a
+#: loop is a new function each time, with the same code): id -> the code object (held, so that its id is not
+#: reused); a bound method's function under -id. Read by send() and by the compiled send() (_speedups.c).
+CALLBACK_CODES: Dict[int, Any] = {}
+_CALLBACK_OTHERS: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
+def _callable_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def _accepts(fn: Any, n: int) -> Optional[bool]:
+    """Whether ``fn`` can be called with ``n`` positional arguments; None when its signature is unknown."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # (a builtin without a signature: assume it can)
+        return None
+    try:
+        sig.bind(*([None] * n))
+    except TypeError:
+        return False
+    return True
+
+
+def _code_key(callback: Any) -> Optional[Tuple[int, Any]]:
+    """(key in :data:`CALLBACK_CODES`, code) of a function, a bound method of one, or an object whose class
+    defines ``__call__`` in Python (called as that bound method); None for other callables."""
+    if type(callback) is FunctionType:
+        code = callback.__code__
+        return id(code), code
+    if type(callback) is MethodType and type(callback.__func__) is FunctionType:
+        code = callback.__func__.__code__
+        return -id(code), code
+    # an object whose class defines __call__ in Python: called as that bound method (looked up on the type, as
+    # the interpreter and the compiled send() look it up)
+    call = next((c.__dict__["__call__"] for c in type(callback).__mro__ if "__call__" in c.__dict__), None)
+    if type(call) is FunctionType:
+        code = call.__code__
+        return -id(code), code
+    return None
+
+
+def check_callback(callback: Any, call: str = "send()") -> None:
+    """TypeError at once, naming ``callback``, when it is not a callable that takes ``(metadata, exception)``
+    (rather than a TypeError logged for every record when it is called). Checked once per function or
+    method (by its code object) or per other callable object (weakly held)."""
+    key = _code_key(callback)
+    if key is not None:
+        if key[0] in CALLBACK_CODES:
+            return
+    elif not callable(callback):
+        raise TypeError(f"{call}: callback must be a callable taking (metadata, exception), got {callback!r}")
+    else:
+        try:
+            if _CALLBACK_OTHERS.get(callback):
+                return
+        except TypeError:  # (not weakly referable, or unhashable: checked each time)
+            pass
+    if _accepts(callback, 2) is False:
+        hint = ""
+        if _accepts(callback, 1):
+            hint = (" (kafka-python's one-argument callbacks: future.add_callback(fn) calls fn(metadata) on "
+                    "success, future.add_errback(fn) fn(exception) on failure)")
+        try:
+            sig = str(inspect.signature(callback))
+        except (TypeError, ValueError):
+            sig = "(?)"
+        raise TypeError(f"{call}: callback {_callable_name(callback)}{sig} cannot be called as "
+                        f"callback(metadata, exception): it must take two positional arguments, exactly one of "
+                        f"which is None{hint}")
+    if key is not None:
+        if len(CALLBACK_CODES) > 4096:  # (functions made from ever new code objects: keep it bounded)
+            CALLBACK_CODES.clear()
+        CALLBACK_CODES[key[0]] = key[1]
+    else:
+        try:
+            _CALLBACK_OTHERS[callback] = True
+        except TypeError:
+            pass
+
+
+def _success_only(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Callback:
+    """kafka-python's add_callback: ``fn(metadata, *args, **kwargs)`` when the record succeeded."""
+    def on_done(md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+        if exc is None:
+            fn(md, *args, **kwargs)
+    return on_done
+
+
+def _failure_only(fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Callback:
+    """kafka-python's add_errback: ``fn(exception, *args, **kwargs)`` when the record failed."""
+    def on_done(md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+        if exc is not None:
+            fn(exc, *args, **kwargs)
+    return on_done
+
+
+def _check_extra(fn: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], call: str, first: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{call}: expected a callable, got {fn!r}")
+    try:
+        inspect.signature(fn).bind(None, *args, **kwargs)
+    except ValueError:  # (no signature known)
+        return
+    except TypeError as e:
+        raise TypeError(f"{call}: {_callable_name(fn)} cannot be called as fn({first}"
+                        f"{', *args' if args else ''}{', **kwargs' if kwargs else ''}): {e}") from None
 
 
 def on_network_thread() -> bool:
@@ -148,8 +259,27 @@ class FutureRecordMetadata(_FutureBase):
         ts = batch.log_append_time if batch.log_append_time >= 0 else self.timestamp
         return RecordMetadata(batch.topic, batch.partition, offset, ts, self.key_size, self.value_size)
 
-    def add_callback(self, callback: Callback) -> None:
-        """Call ``callback(metadata, exception)`` when done (right away if it already is)."""
+    def add_callback(self, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """Call ``callback(metadata, exception)`` when done (right away if it already is); exactly one of the two
+        is None. kafka-python's form also works: with extra arguments, or a callback that takes one argument,
+        ``callback(metadata, *args, **kwargs)`` is called on success only (``add_errback`` for failures).
+        Returns this future, so that calls chain: ``fut.add_callback(ok).add_errback(failed)``. A callback
+        that cannot take its arguments is a TypeError here, not at completion."""
+        if args or kwargs or _accepts(callback, 2) is False:
+            _check_extra(callback, args, kwargs, "add_callback()", "metadata")
+            self._add(_success_only(callback, args, kwargs))
+        else:
+            self._add(callback)
+        return self
+
+    def add_errback(self, errback: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """kafka-python's: call ``errback(exception, *args, **kwargs)`` if the record fails (right away if it
+        already has). Returns this future."""
+        _check_extra(errback, args, kwargs, "add_errback()", "exception")
+        self._add(_failure_only(errback, args, kwargs))
+        return self
+
+    def _add(self, callback: Callback) -> None:
         batch = self._resolve()
         if not batch.add_thunk(callback, self):
             self.fire(callback, self._resolve())
@@ -335,5 +465,5 @@ class BatchSendFuture:
         return f"<BatchSendFuture {self.topic} records={self.count} {'done' if self.done() else 'pending'}>"
 
 
-__all__ = ["BatchSendFuture", "Callback", "FutureRecordMetadata", "RecordMetadata", "check_timeout",
-           "network_thread_wait_error", "on_network_thread"]
+__all__ = ["CALLBACK_CODES", "BatchSendFuture", "Callback", "FutureRecordMetadata", "RecordMetadata", "check_callback",
+           "check_timeout", "network_thread_wait_error", "on_network_thread"]

@@ -8,6 +8,7 @@ import os
 import threading
 from time import monotonic as _monotonic
 from time import time as _wall
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import __version__
@@ -55,9 +56,11 @@ from .admission import (
 from .batch import ProducerBatch
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
 from .future import (
+    CALLBACK_CODES,
     BatchSendFuture,
     Callback,
     FutureRecordMetadata,
+    check_callback,
     check_timeout,
     failed_future,
     network_thread_wait_error,
@@ -76,6 +79,8 @@ _ids = itertools.count(1)
 _TOPIC_TOUCH_MS = 1000.0
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
+_CALLBACK_CODES = CALLBACK_CODES
+_FunctionType = FunctionType
 
 
 class Producer:
@@ -95,7 +100,7 @@ class Producer:
         selector = transport if transport is not None else Selector(
             max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes, cfg.receive_buffer_bytes,
             ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup,
-            setup_max_receive_size=SETUP_MAX_RECEIVE_SIZE)
+            setup_max_receive_size=SETUP_MAX_RECEIVE_SIZE, keepalive=cfg.socket_keepalive_enable)
         # the parts are wired by the one function the test harness uses too (kproducer.testing)
         parts = self._parts = wire_producer(cfg, clk, selector, client_id=self.client_id, security=security)
         self._metadata = parts.metadata
@@ -155,6 +160,9 @@ class Producer:
         # these rules needs the same change there (tests/unit/test_fast_send.py compares the two).
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
+        if callback is not None and (type(callback) is not _FunctionType or
+                                     id(callback.__code__) not in _CALLBACK_CODES):
+            check_callback(callback)  # (a TypeError now rather than at every completion; checked once per code)
         adm = self._admission
         interceptors: Optional[Interceptors] = None
         try:
@@ -272,7 +280,7 @@ class Producer:
             monotonic_ms=None if self._system_clock else self._monotonic_ms,
             wall_ms=None if self._system_clock else self._wall_ms, max_request_size=adm.max_request_size,
             record_overhead=_RECORD_OVERHEAD, bound_extra=_BOUND_EXTRA, hash_cache_size=HASH_CACHE_SIZE,
-            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate)
+            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate, callback_codes=_CALLBACK_CODES)
 
     def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
                                  partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,

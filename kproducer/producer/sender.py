@@ -89,6 +89,10 @@ class Sender(threading.Thread):
         self.request_timeout_ms = request_timeout_ms
         self.guarantee_message_order = guarantee_message_order
         self.txn = transaction_manager
+        if transaction_manager is not None:
+            # the transaction version (KIP-890) is the cluster's finalized feature, as this client's ApiVersions
+            # answers report it
+            transaction_manager.finalized_features = lambda: client.finalized_features
         self.metrics = metrics or ProducerMetrics(clock)
         self.metrics.watch(client, accumulator, metadata)
         #: expired records, logged counted and rate-limited (issue 30)
@@ -347,7 +351,8 @@ class Sender(threading.Thread):
             # KIP-360: can the transaction coordinator bump our epoch (InitProducerId v3+)?
             txn.note_init_producer_id_version(client.api_version(node, m.INIT_PRODUCER_ID))
         try:
-            version = client.api_version(node, handler.api)
+            # (the manager decides how high: transactions v2 needs EndTxn v5 / TxnOffsetCommit v5)
+            version = client.api_version(node, handler.api, handler.max_version())
         except UnsupportedVersionError as e:
             # an older broker without this API (or a version of it we speak): fatal, as in Java
             log.error("%s cannot be sent to node %s: %s", handler.name, node, e)
@@ -611,14 +616,18 @@ class Sender(threading.Thread):
         for b in batches:
             by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.request_records()})
             by_tp[b.tp] = b
+        txn = self.txn
         body = {
-            "transactional_id": self.txn.transactional_id if self.txn is not None else None,
+            "transactional_id": txn.transactional_id if txn is not None else None,
             "acks": self.acks,
             "timeout_ms": int(self.request_timeout_ms),
             "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()],
         }
+        # transactions v2: Produce v12, whose leader adds the partition to the transaction (the manager says)
+        max_version = txn.produce_max_version() if txn is not None else None
+        version = self.client.api_version(node, m.PRODUCE, max_version) if max_version is not None else None
         req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
-                            now, self.request_timeout_ms, expect_response=self.acks != 0)
+                            now, self.request_timeout_ms, expect_response=self.acks != 0, version=version)
         self.client.send(req, now)
         try:
             self.metrics.record_produce_request(node, batches)

@@ -14,6 +14,11 @@
 
 Error meaning comes from the error classes' category flags (``retriable``, ``coordinator_moved``,
 ``fenced``, ``txn_fatal``, ``txn_abortable``; see :mod:`kproducer.protocol.errors`). See docs/transactions.md.
+
+Transactions v2 (KIP-890 part 2) where the cluster's finalized ``transaction.version`` is 2 or more, read as Java
+reads it (``_maybe_update_transaction_v2``): no AddPartitionsToTxn / AddOffsetsToTxn, Produce v12, TxnOffsetCommit
+v5, EndTxn v5 whose producer id and epoch are adopted, no epoch bumps of our own. A transaction ends with the
+version it started with; the sender asks ``TxnRequestHandler.max_version()`` and ``produce_max_version()``.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from ..errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
     InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaTimeoutError,
     OperationNotAttemptedError,
@@ -43,7 +49,8 @@ from ..errors import (
     error_for_code,
 )
 from ..protocol import messages as m
-from ..protocol.errors import NO_ERROR, error_class_for_code
+from ..protocol.errors import NO_ERROR, TransactionAbortableError, error_class_for_code
+from ..protocol.messages.api_versions import NO_FINALIZED_FEATURES, FinalizedFeatures
 from ..protocol.messages.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from ..protocol.schema import Api
 from .batch import ProducerBatch
@@ -59,6 +66,9 @@ EPOCH_BUMP_INIT_PRODUCER_ID_VERSION = 3
 # a failed produce batch with one of these ends a transactional producer (Java's maybeTransitionToErrorState)
 _FATAL_BATCH_ERRORS = (ProducerFencedError, ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
                        UnsupportedVersionError)
+# ... and under transactions v2 this one too (Java 4.1: the coordinator no longer maps the producer id to the
+# transactional id, and without AddPartitionsToTxn there is no request the abort could skip; see docs/transactions.md)
+_FATAL_BATCH_ERRORS_V2 = _FATAL_BATCH_ERRORS + (InvalidProducerIdMappingError,)
 
 
 class FencedTransactionError(ProducerFencedError, TransactionError):
@@ -89,7 +99,7 @@ S = State
 #: may be entered from any state
 VALID_SOURCES: Dict[State, Tuple[State, ...]] = {
     S.UNINITIALIZED: (S.READY, S.ABORTABLE_ERROR),
-    S.INITIALIZING: (S.UNINITIALIZED, S.ABORTING_TRANSACTION),
+    S.INITIALIZING: (S.UNINITIALIZED, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION),
     S.READY: (S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION),
     S.IN_TRANSACTION: (S.READY,),
     S.COMMITTING_TRANSACTION: (S.IN_TRANSACTION,),
@@ -214,6 +224,11 @@ class TxnRequestHandler:
     def build(self) -> Body:
         raise NotImplementedError
 
+    def max_version(self) -> Optional[int]:
+        """The highest version of ``api`` the sender may ask for (None: the client's default, ``api.client_max_version``):
+        transactions v2 needs the versions of :data:`kproducer.protocol.messages.TRANSACTION_V2_VERSIONS`."""
+        return None
+
     def handle_response(self, body: Body) -> Outcome:
         raise NotImplementedError
 
@@ -230,9 +245,12 @@ class TxnRequestHandler:
         return Outcome.FAILED
 
     def abortable_if_possible(self, error: BaseException) -> Outcome:
-        """Java's ``abortableErrorIfPossible``: abortable when the epoch can be bumped, else fatal."""
-        if self.manager.can_bump_epoch():
-            self.manager.epoch_bump_required = True
+        """Java's ``abortableErrorIfPossible``: abortable when the epoch can be bumped (by InitProducerId v3+ after
+        the abort, or under transactions v2 by the abort's EndTxn), else fatal."""
+        manager = self.manager
+        if manager.can_handle_abortable_error():
+            if manager.needs_client_epoch_bump():
+                manager.epoch_bump_required = True
             return self.abortable(error)
         return self.fatal(error)
 
@@ -251,6 +269,9 @@ class TxnRequestHandler:
                 "another producer with the same transactional.id is active, or the coordinator aborted this "
                 "producer's transaction because it was open longer than transaction.timeout.ms (either way this "
                 f"producer's epoch is stale); close this producer (broker error {cls.name})"))
+        if cls is InvalidProducerIdMappingError and self.manager.is_transaction_v2():
+            # fatal under transactions v2, as in Java 4.1 (under v1 abortable, as in Java 3.x: docs/transactions.md)
+            return self.fatal(error_for_code(code, message))
         if cls in (UnknownProducerIdError, InvalidProducerIdMappingError):
             return self.abortable_if_possible(error_for_code(code, message))
         if cls.txn_abortable:
@@ -299,6 +320,9 @@ class InitProducerIdHandler(TxnRequestHandler):
         super().__init__(manager, result or TransactionalRequestResult(
             "abort_transaction" if bump else "init_transactions"))
         self.bump = bump
+        #: init_transactions()' own request (not an epoch bump, even when a refused bump falls back to it): its
+        #: success is where the transaction version is first read (Java's maybeUpdateTransactionV2Enabled(true))
+        self.initial = not bump
         self.priority = Priority.EPOCH_BUMP if bump else Priority.INIT_PRODUCER_ID
 
     def build(self) -> Body:
@@ -310,7 +334,8 @@ class InitProducerIdHandler(TxnRequestHandler):
     def handle_response(self, body: Body) -> Outcome:
         code = body["error_code"]
         if code == NO_ERROR:
-            self.manager._producer_id_initialized(ProducerIdAndEpoch(body["producer_id"], body["producer_epoch"]))
+            self.manager._producer_id_initialized(ProducerIdAndEpoch(body["producer_id"], body["producer_epoch"]),
+                                                  initial=self.initial)
             self.result.done()
             return Outcome.SUCCESS
         cls = _error_class(code)
@@ -401,7 +426,7 @@ class AddOffsetsToTxnHandler(TxnRequestHandler):
         if code == NO_ERROR:
             # the offsets themselves go to the group coordinator; the application waits for that
             self.manager.transaction_started = True
-            self.manager._enqueue(TxnOffsetCommitHandler(self.manager, self.offsets, self.group, self.result))
+            self.manager._enqueue(TxnOffsetCommitHandler(self.manager, self.offsets, self.group, self.result, v2=False))
             return Outcome.SUCCESS
         return self.common_error(code)
 
@@ -411,13 +436,18 @@ class TxnOffsetCommitHandler(TxnRequestHandler):
     api = m.TXN_OFFSET_COMMIT
 
     def __init__(self, manager: "TransactionManager", offsets: Dict[TopicPartition, OffsetAndMetadata],
-                 group: ConsumerGroupMetadata, result: TransactionalRequestResult) -> None:
+                 group: ConsumerGroupMetadata, result: TransactionalRequestResult, v2: bool = False) -> None:
         super().__init__(manager, result)
         self.offsets = offsets
         self.group = group
+        #: transactions v2: TxnOffsetCommit v5 adds the group to the transaction (no AddOffsetsToTxn before it)
+        self.v2 = v2
 
     def coordinator_key(self) -> Optional[CoordinatorKey]:
         return CoordinatorKey(CoordinatorType.GROUP, self.group.group_id)
+
+    def max_version(self) -> Optional[int]:
+        return m.TRANSACTION_V2_VERSIONS[self.api.key] if self.v2 else None
 
     def build(self) -> Body:
         by_topic: Dict[str, List[Body]] = {}
@@ -447,11 +477,16 @@ class EndTxnHandler(TxnRequestHandler):
     priority = Priority.END_TXN
     is_end_txn = True
 
-    def __init__(self, manager: "TransactionManager", commit: bool) -> None:
+    def __init__(self, manager: "TransactionManager", commit: bool, v2: bool = False) -> None:
         self.name = "EndTxn(commit)" if commit else "EndTxn(abort)"
         super().__init__(manager, TransactionalRequestResult(
             "commit_transaction" if commit else "abort_transaction"))
         self.commit = commit
+        #: the transaction's version, fixed when it started to end: v2 asks for EndTxn v5, which bumps the epoch
+        self.v2 = v2
+
+    def max_version(self) -> Optional[int]:
+        return m.TRANSACTION_V2_VERSIONS[self.api.key] if self.v2 else None
 
     def build(self) -> Body:
         pid = self.manager.producer_id_and_epoch
@@ -461,10 +496,27 @@ class EndTxnHandler(TxnRequestHandler):
     def handle_response(self, body: Body) -> Outcome:
         code = body["error_code"]
         if code == NO_ERROR:
-            if self.manager._complete_transaction(self.result):
+            # EndTxn v5 (transactions v2) answers the producer id and epoch to go on with (the epoch bumped; a new
+            # producer id at epoch 0 when it was exhausted); before v5 they are -1
+            producer_id = body.get("producer_id", -1)
+            next_ids = ProducerIdAndEpoch(producer_id, body.get("producer_epoch", -1)) if producer_id >= 0 else None
+            if self.manager._complete_transaction(self.result, next_ids):
                 return Outcome.SUCCESS  # an epoch bump follows and completes the result
             self.result.done()
             return Outcome.SUCCESS
+        cls = _error_class(code)
+        if not self.commit and cls is TransactionAbortableError:
+            # Java 4.1: an abort that fails with an abortable error cannot be aborted again: fatal
+            error = KafkaError(f"failed to abort the transaction: {error_for_code(code)}")
+            error.__cause__ = error_for_code(code)
+            return self.fatal(error)
+        if cls is InvalidTxnStateError and self.v2:
+            # (fatal, as in Java; say the likely cause: under v2 the coordinator's own abort of a timed-out
+            # transaction bumped the epoch, so this EndTxn looks like a retry of that abort, not like a fence)
+            return self.fatal(error_for_code(code, (
+                f"the coordinator refused to {'commit' if self.commit else 'abort'} the transaction: it is no longer "
+                "open under this producer's epoch (the coordinator may have aborted it because it was open longer "
+                "than transaction.timeout.ms); close this producer")))
         return self.common_error(code)
 
 
@@ -499,6 +551,15 @@ class TransactionManager:
         self.epoch_bump_required = False
         self.coordinator_supports_epoch_bump = False
         self._epoch_bump_refused = False  # the coordinator advertised v3 but refused a bump
+        # transactions v2 (KIP-890 part 2): the cluster's finalized features (the sender gives its network client's);
+        # the transaction.version they gave when last read (Java's isTransactionV2Enabled) and their epoch; the
+        # version of the open transaction; an epoch bump due after the transaction that saw v2 arrive
+        self.finalized_features: Callable[[], FinalizedFeatures] = lambda: NO_FINALIZED_FEATURES
+        self._features_epoch = -1
+        self._v2_enabled = False
+        self._txn_v2 = False
+        self._upgrade_bump_required = False
+        self._resumed = False  # the transaction was resumed (TransactionHandle): it ends the version-1 way
         self._queue: List[Tuple[int, int, TxnRequestHandler]] = []  # heap of (priority, order, handler)
         self._order = itertools.count()
         self._coordinators: Dict[CoordinatorKey, int] = {}
@@ -563,6 +624,7 @@ class TransactionManager:
             for _p, _o, handler in queued:
                 handler.result.done(error)
             self.epoch_bump_required = False
+            self._upgrade_bump_required = False
             self._transition(State.UNINITIALIZED)
 
     @property
@@ -585,9 +647,6 @@ class TransactionManager:
     def is_aborting(self) -> bool:
         return self._state == State.ABORTING_TRANSACTION
 
-    def is_in_transaction(self) -> bool:
-        return self._state == State.IN_TRANSACTION
-
     def can_bump_epoch(self) -> bool:
         return self.coordinator_supports_epoch_bump
 
@@ -601,6 +660,55 @@ class TransactionManager:
         with self._lock:
             self._epoch_bump_refused = True
             self.coordinator_supports_epoch_bump = False
+
+    # -- transactions v2 (KIP-890 part 2) -------------------------------------------------------------
+
+    @property
+    def transaction_v2_enabled(self) -> bool:
+        """Java's ``isTransactionV2Enabled``: whether the cluster's finalized ``transaction.version`` was 2 or more
+        when last read -- when init_transactions() completed, and when a transaction started to end. The next
+        transaction runs with it."""
+        return self._v2_enabled
+
+    def is_transaction_v2(self) -> bool:
+        """Whether the transaction open now (or, with none open, the next one) runs under transactions v2: no
+        AddPartitionsToTxn / AddOffsetsToTxn, Produce v12, TxnOffsetCommit v5, EndTxn v5 (which bumps the epoch).
+        A transaction ends with the version it started with."""
+        return self._txn_v2 if self.has_ongoing_transaction() else self._v2_enabled
+
+    def _maybe_update_transaction_v2(self, on_initialization: bool) -> None:
+        """Java's ``maybeUpdateTransactionV2Enabled``: read the finalized features when a newer epoch of them was
+        seen. Switching from v1 to v2 (not at initialization) fences the v1 epoch: an epoch bump is due after the
+        transaction that is ending (v2 no longer adds partitions explicitly)."""
+        features = self.finalized_features()
+        if features.epoch <= self._features_epoch:
+            return
+        self._features_epoch = features.epoch
+        was = self._v2_enabled
+        self._v2_enabled = features.transaction_version >= m.TRANSACTION_V2_LEVEL
+        if self._v2_enabled != was:
+            log.info("transaction.version %d (features epoch %d): transactions v%d from the next transaction%s",
+                     features.transaction_version, features.epoch, 2 if self._v2_enabled else 1,
+                     "" if on_initialization or not self._v2_enabled else ", after an epoch bump")
+        if not on_initialization and not was and self._v2_enabled:
+            self._upgrade_bump_required = True
+
+    def needs_client_epoch_bump(self) -> bool:
+        """Java's ``needToTriggerEpochBumpFromClient``: recovering from an abortable error needs an InitProducerId
+        epoch bump after the abort (the coordinator supports it, and under transactions v2 EndTxn bumps instead)."""
+        return self.coordinator_supports_epoch_bump and not self.is_transaction_v2()
+
+    def can_handle_abortable_error(self) -> bool:
+        """Java's ``canHandleAbortableError``: the epoch can be bumped after an abort, by InitProducerId v3+ or
+        (transactions v2) by the abort's EndTxn; else an error that needs a new epoch is fatal."""
+        return self.coordinator_supports_epoch_bump or self.is_transaction_v2()
+
+    def produce_max_version(self) -> Optional[int]:
+        """The highest Produce version for this producer's requests: v12 under transactions v2 (the leader adds the
+        partition to the transaction), None (the client's default, v11) otherwise."""
+        if self.is_transactional and self.is_transaction_v2():
+            return m.TRANSACTION_V2_VERSIONS[m.PRODUCE.key]
+        return None
 
     # -- the application's calls ----------------------------------------------------------------------
 
@@ -682,6 +790,7 @@ class TransactionManager:
                                        f"{self._state}); commit or abort it first")
             self._transition(State.IN_TRANSACTION)
             self.transaction_started = False
+            self._txn_v2 = self._v2_enabled  # (the version it ends with, too)
 
     def send_offsets_to_transaction(self, offsets: Offsets,
                                     group: Union[str, ConsumerGroupMetadata]) -> TransactionalRequestResult:
@@ -705,7 +814,14 @@ class TransactionManager:
                 if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
                     raise ValueError(f"offset for {topic}-{partition} must be a non-negative int, got {value!r}")
                 checked[(topic, partition)] = om
-            handler = AddOffsetsToTxnHandler(self, checked, metadata)
+            handler: TxnRequestHandler
+            if self._txn_v2:
+                # transactions v2: TxnOffsetCommit v5 adds the group to the transaction itself (no AddOffsetsToTxn)
+                handler = TxnOffsetCommitHandler(self, checked, metadata,
+                                                 TransactionalRequestResult("send_offsets_to_transaction"), v2=True)
+                self.transaction_started = True
+            else:
+                handler = AddOffsetsToTxnHandler(self, checked, metadata)
             self._enqueue(handler)
             return handler.result
 
@@ -755,7 +871,9 @@ class TransactionManager:
     def _begin_completing(self, commit: bool) -> TransactionalRequestResult:
         if self.new_partitions:
             self._enqueue_add_partitions()
-        if not commit and self.epoch_bump_required and isinstance(self._last_error, InvalidProducerIdMappingError):
+        v2 = self._txn_v2
+        if not commit and not v2 and self.epoch_bump_required \
+                and isinstance(self._last_error, InvalidProducerIdMappingError):
             # as Java (3.x): the coordinator does not know this producer id for the transactional id, so it would
             # refuse EndTxn; the new epoch (InitProducerId) ends whatever is open under it
             log.info("not sending EndTxn(abort): the coordinator does not know producer id %s (%s); bumping the "
@@ -763,44 +881,65 @@ class TransactionManager:
             skipped = TransactionalRequestResult("abort_transaction")
             self._complete_transaction(skipped)
             return skipped
-        end = EndTxnHandler(self, commit)
+        end = EndTxnHandler(self, commit, v2)
+        if not self._resumed:
+            # Java: the version is read again once EndTxn is built (the transaction ends with the version it
+            # started with) and before the epoch bump is decided (switching v1 -> v2 requires one)
+            self._maybe_update_transaction_v2(on_initialization=False)
         self._enqueue(end)
         result = end.result
-        if not commit and self.epoch_bump_required:
+        if (not commit and self.epoch_bump_required) or self._upgrade_bump_required:
             # KIP-360: after EndTxn(abort), InitProducerId with the current id and epoch gives a new epoch,
-            # and every sequence starts again at 0
+            # and every sequence starts again at 0 (and so after the last v1 transaction when v2 arrived)
             bump = InitProducerIdHandler(self, bump=True)
-            log.info("bumping the epoch of producer id %s after the abort", self.producer_id)
+            log.info("bumping the epoch of producer id %s after the %s", self.producer_id,
+                     "abort" if not commit else "last version-1 transaction")
             self._enqueue(bump)
             result = bump.result
         return result
 
-    def _producer_id_initialized(self, value: ProducerIdAndEpoch) -> None:
-        """InitProducerId answered (first id, or an epoch bump)."""
+    def _producer_id_initialized(self, value: ProducerIdAndEpoch, initial: bool = False) -> None:
+        """InitProducerId answered (first id, or an epoch bump). ``initial``: init_transactions()' own request,
+        after which the transaction version is read (Java's ``maybeUpdateTransactionV2Enabled(true)``)."""
         with self._lock:
             log.info("producer id %s, epoch %s%s", value.producer_id, value.epoch,
                      f" (transactional.id={self.transactional_id})" if self.transactional_id else "")
             self._idempotence.set_producer_id_and_epoch(value)
             self.epoch_bump_required = False
+            self._upgrade_bump_required = False
             if self._state != State.READY:
                 self._transition(State.READY)
+            if initial and self.is_transactional:
+                self._maybe_update_transaction_v2(on_initialization=True)
 
-    def _complete_transaction(self, result: Optional[TransactionalRequestResult] = None) -> bool:
-        """EndTxn answered (or there was nothing to end at the coordinator). True when an epoch bump
-        follows that was not queued yet (a batch failed while aborting): it completes ``result``."""
+    def _complete_transaction(self, result: Optional[TransactionalRequestResult] = None,
+                              next_ids: Optional[ProducerIdAndEpoch] = None) -> bool:
+        """EndTxn answered (or there was nothing to end at the coordinator); ``next_ids``: the producer id and epoch
+        an EndTxn v5 answered (transactions v2). True when an epoch bump follows that was not queued yet (a batch
+        failed while aborting): it completes ``result``."""
         with self._lock:
             aborting = self._state == State.ABORTING_TRANSACTION
-            if aborting and not self.epoch_bump_required and self._idempotence.has_unresolved_batches() \
-                    and self.can_bump_epoch():
-                # a batch sent, then aborted before its retry, may or may not have been written
-                self.epoch_bump_required = True
-            # (a committed transaction had no failed batch: one would have made it abortable)
-            bump = self.epoch_bump_required and aborting
+            if next_ids is None:
+                if aborting and not self.epoch_bump_required and self._idempotence.has_unresolved_batches() \
+                        and self.needs_client_epoch_bump():
+                    # a batch sent, then aborted before its retry, may or may not have been written
+                    self.epoch_bump_required = True
+                # (a committed transaction had no failed batch: one would have made it abortable)
+                bump = (self.epoch_bump_required and aborting) or self._upgrade_bump_required
+            else:
+                bump = False  # the coordinator bumped the epoch itself
             self._transition(State.INITIALIZING if bump else State.READY)
             self.partitions_in_txn.clear()
             self.pending_partitions.clear()
             self.new_partitions.clear()
             self.transaction_started = False
+            if next_ids is not None:
+                # a new epoch (or producer id): every sequence starts again at 0, whatever was unresolved
+                log.debug("producer id %s, epoch %s (from EndTxn)", next_ids.producer_id, next_ids.epoch)
+                self._idempotence.set_producer_id_and_epoch(next_ids)
+                self.epoch_bump_required = False
+                self._upgrade_bump_required = False
+                return False
             if not bump:
                 self._idempotence.rewind_after_transaction()
                 return False
@@ -828,7 +967,11 @@ class TransactionManager:
                 raise TransactionError(
                     "send() on a transactional producer needs an open transaction: call begin_transaction() first"
                     f" (state {self._state})")
-            if tp not in self.partitions_in_txn and tp not in self.pending_partitions:
+            if self._txn_v2:
+                # transactions v2: the partition joins the transaction with its first Produce (v12), at the leader
+                self.partitions_in_txn.add(tp)
+                self.transaction_started = True
+            elif tp not in self.partitions_in_txn and tp not in self.pending_partitions:
                 self.new_partitions.add(tp)
 
     def maybe_transition_to_error_state(self, error: BaseException) -> None:
@@ -837,11 +980,11 @@ class TransactionManager:
         if not self.is_transactional:
             return  # the idempotent producer's fatal errors are the sender's (Sender.fatal_error)
         with self._lock:
-            if isinstance(error, _FATAL_BATCH_ERRORS):
+            if isinstance(error, _FATAL_BATCH_ERRORS_V2 if self.is_transaction_v2() else _FATAL_BATCH_ERRORS):
                 if self._state != State.FATAL_ERROR:
                     self._transition_to_fatal_error(error)
             elif not isinstance(error, TransactionAbortedError):
-                if self.can_bump_epoch() and self._state != State.ABORTING_TRANSACTION \
+                if self.needs_client_epoch_bump() and self._state != State.ABORTING_TRANSACTION \
                         and self._state in VALID_SOURCES[State.ABORTABLE_ERROR]:
                     self.epoch_bump_required = True
                 self._transition_to_abortable_error(error)
@@ -1086,14 +1229,14 @@ class TransactionManager:
             if isinstance(error, UnknownProducerIdError):
                 idem.partition(batch.tp).reset()
             elif sequence_unknown:
-                if self.is_transactional and self.can_bump_epoch():
+                if self.is_transactional and self.needs_client_epoch_bump():
                     self.epoch_bump_required = True  # the broker may have written it: only a new epoch is safe
                 if not self.is_transactional:
                     if idem.has_later_sequences(batch):
                         self.request_reset(f"batch for {batch.topic}-{batch.partition} failed: {error}")
                     else:
                         idem.reuse_failed_range(batch)
-                elif not self.can_bump_epoch():
+                elif not self.can_handle_abortable_error():
                     self._transition_to_fatal_error(KafkaError(
                         "the client has no acknowledgement for records it can no longer retry, and the broker "
                         f"cannot bump the producer epoch: it is not safe to continue ({error})"))
@@ -1117,9 +1260,10 @@ class TransactionManager:
         """Whether an abort leaves the batches that were sent already (they have a sequence; they wait for a
         retry) queued, to be sent before EndTxn, as Java's ``RecordAccumulator.abortUndrainedBatches`` does:
         when the coordinator cannot bump the epoch (InitProducerId < v3). Failing them would leave a sequence
-        gap that the next transaction's first batch runs into. With an epoch bump they fail at once instead: the
-        new epoch starts every sequence again at 0 (the abort does not wait for a broker that fails)."""
-        return self.is_transactional and not self.can_bump_epoch()
+        gap that the next transaction's first batch runs into. With an epoch bump (InitProducerId v3+, or the abort's
+        EndTxn under transactions v2) they fail at once instead: the new epoch starts every sequence again at 0 and
+        fences a late write of the old one (the abort does not wait for a broker that fails)."""
+        return self.is_transactional and not self.can_handle_abortable_error()
 
     def handle_record_errors(self, original: ProducerBatch, kept: Optional[ProducerBatch], removed: int,
                              error: BaseException, queued: List[ProducerBatch]) -> None:
@@ -1210,6 +1354,11 @@ class TransactionManager:
             self._idempotence.set_producer_id_and_epoch(ProducerIdAndEpoch(producer_id, epoch))
             self._transition(State.READY)
             self._transition(State.IN_TRANSACTION)
+            # ended with EndTxn v3, whatever the cluster's transaction.version: the version-1 rules, which the
+            # coordinator applies to a v2 transaction too (no epoch bump: a repeated commit succeeds, a commit after
+            # a fence or a timeout is refused); see docs/transactions.md
+            self._resumed = True
+            self._txn_v2 = False
             self.partitions_in_txn.update(partitions)
             self.transaction_started = True  # EndTxn must reach the coordinator even with no partitions known
 

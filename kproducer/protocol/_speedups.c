@@ -1425,10 +1425,14 @@ typedef struct {
     PyObject *last_cluster;  /* the cluster seen last, and its partition_counts (a cluster is immutable) */
     PyObject *last_counts;
     PyObject *tp_cache;      /* {topic: ((topic, 0), (topic, 1), ...)}: the batches' keys, made once */
+    PyObject *callback_codes; /* future.CALLBACK_CODES: the ids of the code objects of the functions (-id: of
+                                 bound methods' functions) known to take (metadata, exception); None: any */
+    PyObject *last_code;      /* the code object last found there (held: its address is not reused) */
+    int last_code_method;     /* ... of a bound method's function */
 } FastSend;
 
 static PyObject *str_cluster, *str_partition_counts, *str_available,
-    *str_next_partition, *str_limit, *str_fast;
+    *str_next_partition, *str_limit, *str_fast, *str___call__;
 static PyObject *send_kwnames[7];
 
 static int slot_offset(PyTypeObject *tp, const char *name, Py_ssize_t *off) {
@@ -1464,6 +1468,8 @@ static void FastSend_dealloc(FastSend *self) {
     Py_CLEAR(self->last_counts);
     Py_CLEAR(self->tp_cache);
     Py_CLEAR(self->gate);
+    Py_CLEAR(self->callback_codes);
+    Py_CLEAR(self->last_code);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1562,21 +1568,25 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"sender", "metadata", "accumulator", "batches", "lock", "hash_cache", "sticky",
                              "topic_touched", "future_type", "batch_type", "monotonic_ms", "wall_ms",
                              "max_request_size", "record_overhead", "bound_extra", "hash_cache_size",
-                             "touch_ms", "ignore_keys", "gate", NULL};
+                             "touch_ms", "ignore_keys", "gate", "callback_codes", NULL};
     PyObject *sender, *metadata, *accumulator, *batches, *lock, *hash_cache, *sticky, *topic_touched,
-        *monotonic_ms, *wall_ms, *gate;
+        *monotonic_ms, *wall_ms, *gate, *callback_codes = Py_None;
     PyTypeObject *future_type, *batch_type;
     long long max_request_size, record_overhead, bound_extra;
     Py_ssize_t hash_cache_size;
     double touch_ms;
     int ignore_keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO!OO!OO!O!O!OOLLLndpO!", kwlist, &sender, &metadata,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO!OO!OO!O!O!OOLLLndpO!O", kwlist, &sender, &metadata,
                                      &accumulator, &PyDict_Type, &batches, &lock, &PyDict_Type, &hash_cache,
                                      &sticky, &PyDict_Type, &topic_touched, &PyType_Type, &future_type,
                                      &PyType_Type, &batch_type, &monotonic_ms, &wall_ms, &max_request_size,
                                      &record_overhead, &bound_extra, &hash_cache_size, &touch_ms, &ignore_keys,
-                                     &PyByteArray_Type, &gate))
+                                     &PyByteArray_Type, &gate, &callback_codes))
         return -1;
+    if (callback_codes != Py_None && !PyDict_CheckExact(callback_codes)) {
+        PyErr_SetString(PyExc_TypeError, "callback_codes must be a dict or None");
+        return -1;
+    }
     if (PyByteArray_GET_SIZE(gate) != 1) {
         PyErr_SetString(PyExc_ValueError, "gate must be a bytearray of one byte");
         return -1;
@@ -1630,6 +1640,8 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->monotonic_ms, Py_NewRef(monotonic_ms));
     Py_XSETREF(self->wall_ms, Py_NewRef(wall_ms));
     Py_XSETREF(self->gate, Py_NewRef(gate));
+    Py_XSETREF(self->callback_codes, Py_NewRef(callback_codes));
+    Py_CLEAR(self->last_code);
     self->max_request_size = max_request_size;
     self->record_overhead = record_overhead;
     self->bound_extra = bound_extra;
@@ -1751,6 +1763,30 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
     if (a[3] != Py_None || !PyUnicode_CheckExact(topic)) return 0;
     if (value != Py_None && !PyBytes_CheckExact(value)) return 0;
     if (key != Py_None && !PyBytes_CheckExact(key)) return 0;
+    if (callback != Py_None && fs->callback_codes != NULL && fs->callback_codes != Py_None) {
+        /* only a function, or a bound method of one, whose code send() has checked (future.check_callback);
+           anything else is checked by the Python send() */
+        int method = PyMethod_Check(callback);
+        PyObject *fn = method ? PyMethod_GET_FUNCTION(callback) : callback;
+        if (!method && !PyFunction_Check(fn)) {
+            /* an object whose class defines __call__ in Python: called as that bound method */
+            fn = _PyType_Lookup(Py_TYPE(callback), str___call__); /* (borrowed) */
+            if (fn == NULL) return 0;
+            method = 1;
+        }
+        if (!PyFunction_Check(fn)) return 0;
+        PyObject *code = PyFunction_GET_CODE(fn);
+        if (code != fs->last_code || method != fs->last_code_method) {
+            PyObject *id = PyLong_FromLongLong(method ? -(long long)(intptr_t)code : (long long)(intptr_t)code);
+            if (id == NULL) return -1;
+            int found = PyDict_Contains(fs->callback_codes, id);
+            Py_DECREF(id);
+            if (found < 0) return -1;
+            if (!found) return 0;
+            Py_XSETREF(fs->last_code, Py_NewRef(code));
+            fs->last_code_method = method;
+        }
+    }
     /* the producer is open and has no fatal error */
     if (!gate_open(fs)) return 0;
     /* the timestamp */
@@ -2101,7 +2137,8 @@ static int fastsend_module_init(PyObject *mod) {
         (str_available = PyUnicode_InternFromString("available")) == NULL ||
         (str_next_partition = PyUnicode_InternFromString("next_partition")) == NULL ||
         (str_limit = PyUnicode_InternFromString("limit")) == NULL ||
-        (str_fast = PyUnicode_InternFromString("_fast")) == NULL)
+        (str_fast = PyUnicode_InternFromString("_fast")) == NULL ||
+        (str___call__ = PyUnicode_InternFromString("__call__")) == NULL)
         return -1;
     if (PyType_Ready(&FastSendType) < 0 || PyType_Ready(&SendMethodType) < 0) return -1;
     Py_INCREF(&FastSendType);

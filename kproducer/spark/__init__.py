@@ -12,9 +12,10 @@ Columns: ``value`` (required; string or binary), ``key`` (string or binary), ``t
 ``topic`` option wins), ``partition`` (int; null lets the partitioner choose), ``headers``
 (``array<struct<key:string,value:binary>>``). Options: ``topic`` and ``kafka.<producer setting>``
 (``kafka.bootstrap.servers`` is required). Save mode append. At-least-once by default (a retried task
-can write its records again); ``.option("kproducer.guarantee", "exactly_once")`` writes each task's rows
-in a Kafka transaction that the driver commits, so read_committed consumers see every row exactly once.
-See docs/spark.md.
+can write its records again); ``.option("kproducer.guarantee", "exactly_once")`` makes each task commit
+its rows in a Kafka transaction of its own, with a marker that makes any other attempt of the task (a
+retry, a speculative copy, a re-run with the same ``kproducer.write.id``, a replayed micro-batch) write
+nothing, so read_committed consumers see every row exactly once. See docs/spark.md.
 
 Needs ``pip install kproducer[spark]`` (pyspark and pyarrow).
 """

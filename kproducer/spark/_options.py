@@ -46,7 +46,7 @@ GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 _KPRODUCER_OPTIONS = ("guarantee", "transactional.id.prefix", "write.id", "buffer.bytes", "trigger.interval.ms",
                       "columnar")
 #: exactly_once: how much of its input a task holds (Arrow batches, bytes) before it opens its transaction
-DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024
+DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024
 #: fault injection for the sink's own tests, each a non-negative integer (see _sink._Faults): attempt 0 of a
 #: task (of Spark partition test.partition, when given) fails / sleeps test.sleep.ms / SIGKILLs its executor JVM
 #: after writing that many rows (flushed); test.fail.in.commit=1: the driver's commit() raises; test.kill.driver:
@@ -66,9 +66,6 @@ class SinkOptions(NamedTuple):
     #: ``kproducer.transactional.id.prefix`` (exactly_once): None = ``kproducer-<write id>`` (batch) or
     #: ``kproducer-<query id>`` (streams)
     transactional_id_prefix: Optional[str] = None
-    #: ``kproducer.trigger.interval.ms``: accepted for compatibility, no longer used (a task's transaction
-    #: does not outlive the task)
-    trigger_interval_ms: int = 0
     #: ``kproducer.test.*`` fault injection (tests only)
     faults: Dict[str, int] = {}
     #: ``kproducer.columnar`` (default true): encode records straight from the Arrow buffers when the rows
@@ -230,7 +227,7 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
         if given:
             raise ConfigError(f"option(s) {', '.join(repr(KPRODUCER_PREFIX + n) for n in given)} apply to "
                               ".option('kproducer.guarantee', 'exactly_once') only")
-    return SinkOptions(topic, settings, guarantee, prefix, trigger_ms, faults, columnar, write_id,
+    return SinkOptions(topic, settings, guarantee, prefix, faults, columnar, write_id,
                        DEFAULT_BUFFER_BYTES if buffer_bytes is None else buffer_bytes)
 
 

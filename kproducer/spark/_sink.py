@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -399,6 +400,14 @@ class _Task:
                 return held, False
         return held, True
 
+    def _topics(self, rb: Any) -> List[str]:
+        """The topics of an Arrow batch's rows (the topic option, else a few of the topic column's values)."""
+        if self.plan.topic is not None:
+            return [self.plan.topic]
+        if not self.plan.has_topic:
+            return []
+        return [t for t in pc.unique(rb.column(TOPIC)).to_pylist()[:8] if t]
+
     def _explain(self, e: BaseException, opened: float, timeout_ms: int, txn_id: str) -> str:
         if not _fenced(e):
             return ""
@@ -436,6 +445,10 @@ class _Task:
         opened = 0.0
         try:
             producer = Producer(dict(self.opts.settings, **{"transactional.id": txn_id}))
+            # the topics' metadata first: fetched before init_transactions() it takes a round trip, after it the
+            # transactional producer's first metadata wait took ~100 ms (retry.backoff.ms) here
+            for topic in self._topics(held[0]):
+                producer.partitions_for(topic)
             # fences every earlier attempt of this partition (their commit then fails) and aborts what one left open
             producer.init_transactions()
             marker = find_marker(committed_offsets(producer, group), write_id, info.batch_id)
@@ -527,9 +540,10 @@ class KafkaBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         rows, nbytes, offsets = summarize(messages)
         if self.opts.exactly_once:
             wrote, skipped = _committed_tasks(messages)
+            longest = max((m.transaction_ms for m in messages if isinstance(m, SinkCommitMessage)), default=0.0)
             log.info("kproducer sink: write %r committed exactly once: %d rows (%d bytes) by the tasks of Spark "
-                     "partitions %s%s: %s", self.write_id, rows, nbytes, wrote,
-                     f"; partitions {skipped} were committed before (by another attempt or an earlier run)"
+                     "partitions %s (the longest transaction open %.0f ms)%s: %s", self.write_id, rows, nbytes, wrote,
+                     longest, f"; partitions {skipped} were committed before (by another attempt or an earlier run)"
                      if skipped else "", _format_offsets(offsets))
         else:
             log.info("kproducer sink: wrote %d rows (%d bytes): %s", rows, nbytes, _format_offsets(offsets))

@@ -5,13 +5,16 @@ Every scenario is read back independently: kafka-python (and confluent-kafka) co
 ``read_uncommitted`` to prove the aborted records were written, raw Fetch for the control batches (markers
 with their producer id and epoch), and confluent-kafka's ``committed()`` for group offsets.
 
-The broker finalizes ``transaction.version`` 2 (KIP-890), but kproducer speaks EndTxn v3 / Produce v11 /
-AddPartitionsToTxn v3, so every transaction here is a version-1 transaction: the epoch stays put across
-transactions, and EndTxn answers once PrepareCommit/PrepareAbort is logged, before the markers are written
-(so a read after commit_transaction() waits for the markers).
+The shared cluster finalizes ``transaction.version`` 2 (KIP-890 part 2), and kproducer speaks transactions v2 to
+it: no AddPartitionsToTxn / AddOffsetsToTxn (Produce v12 and TxnOffsetCommit v5 add the partitions and the group),
+and EndTxn v5, which bumps the producer epoch at every transaction end: a transaction's records carry the epoch it
+started with, its markers the next one. EndTxn answers once PrepareCommit/PrepareAbort is logged, before the
+markers are written (so a read after commit_transaction() waits for the markers, and the next transaction's first
+Produce may meet CONCURRENT_TRANSACTIONS, retried). ``test_the_same_workload_under_transactions_v2_and_v1`` also
+runs on a cluster of its own downgraded to ``transaction.version`` 1 (FeatureCommand), where kproducer speaks v1.
 
-Tests taking the ``backend`` fixture run the same scenario on kproducer's MockCluster and on Apache Kafka
-(the mock: EndTxn completes the transaction before it answers; no group members).
+Tests taking the ``backend`` fixture run the same scenario on kproducer's MockCluster (transaction.version 2, its
+default) and on Apache Kafka (the mock: EndTxn completes the transaction before it answers; no group members).
 """
 from __future__ import annotations
 
@@ -26,13 +29,16 @@ from kproducer import ConsumerGroupMetadata, Producer
 from kproducer.errors import (
     IllegalGenerationError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     ProducerFencedError,
     TransactionError,
     UnknownMemberIdError,
 )
 from kproducer.mock.wire_client import WireClient
-from kproducer.producer.transaction_manager import CoordinatorKey, CoordinatorType, FencedTransactionError, State
+from kproducer.producer.transaction_manager import FencedTransactionError, State
 from kproducer.protocol import messages as m
+from kproducer.protocol.messages.api_versions import finalized_features
+from tests.conftest import start_apache_kafka
 from tests.readback import consume, fetch_batches
 
 pytestmark = [pytest.mark.apache_kafka, pytest.mark.timeout(300)]
@@ -209,45 +215,154 @@ def flat(log: List[Tuple[Any, ...]]) -> List[Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# which transaction protocol
+# which transaction protocol: the same workload under transactions v2 and v1
 
 
-def test_the_broker_offers_transactions_v2_and_kproducer_speaks_v1(apache_kafka: Any, ak: Backend) -> None:
-    """Apache Kafka 4.1 finalizes transaction.version 2 and offers EndTxn v5 / Produce v12; kproducer
-    negotiates EndTxn v3, AddPartitionsToTxn v3 and Produce v11, so the coordinator runs the transaction as
-    version 1: the markers carry the producer's own epoch and the epoch stays put from one transaction to
-    the next (version 2 bumps it at every EndTxn)."""
-    host, port = apache_kafka.bootstrap_servers.split(",")[0].rsplit(":", 1)
+def finalized_transaction_version(bootstrap: str) -> int:
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
     with WireClient(host, int(port)) as client:
         versions = client.request(m.API_VERSIONS, 3, {"client_software_name": "kproducer-tests",
                                                       "client_software_version": "1"})
-    broker = {k["api_key"]: k["max_version"] for k in versions["api_keys"]}
-    features = {f["name"]: f["max_version_level"] for f in versions["finalized_features"]}
-    assert features.get("transaction.version") == 2, features
-    assert broker[m.END_TXN.key] >= 5 and broker[m.PRODUCE.key] >= 12 and broker[m.ADD_PARTITIONS_TO_TXN.key] >= 5
+    return finalized_features(versions).transaction_version
 
-    topic = ak.topic(2)
-    tid = unique("tv")
-    with txn_producer(ak.bootstrap, tid) as producer:
+
+@pytest.fixture(scope="module")
+def apache_kafka_tv1() -> Iterator[Any]:
+    """A cluster of our own (one broker) with ``transaction.version`` downgraded to 1 (Kafka's FeatureCommand)."""
+    kafka = start_apache_kafka(brokers=1)
+    try:
+        kafka.run_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", kafka.bootstrap_servers,
+                       "downgrade", "--feature", "transaction.version=1")
+        wait_for(lambda: finalized_transaction_version(kafka.bootstrap_servers) == 1, "transaction.version 1")
+        yield kafka
+    finally:
+        kafka.close()
+
+
+def test_a_producer_reads_the_downgraded_transaction_version_at_init(apache_kafka_tv1: Any) -> None:
+    """FeatureCommand's downgrade reaches the brokers' ApiVersions answers, and kproducer reads the level when
+    init_transactions() completes: version 1, no transaction open yet."""
+    with txn_producer(apache_kafka_tv1.bootstrap_servers, unique("tv1")) as producer:
+        txn = producer._transactions()
+        assert not txn.transaction_v2_enabled
+        producer.init_transactions()
+        assert producer._client.finalized_features.transaction_version == 1
+        assert not txn.transaction_v2_enabled and not txn.is_transaction_v2()
+
+
+@pytest.fixture(params=["apache_kafka-tv2", "apache_kafka-tv1", "mock-tv2", "mock-tv1"])
+def versioned(request: Any) -> Iterator[Tuple[Backend, int]]:
+    """A backend and its finalized transaction.version: the shared Apache Kafka cluster (2), our own downgraded
+    one (1), and MockClusters set to 2 and 1."""
+    name, level = request.param.split("-tv")
+    if name == "apache_kafka":
+        kafka = request.getfixturevalue("apache_kafka" if level == "2" else "apache_kafka_tv1")
+        rf = min(3, len(kafka.broker_ids))
+        yield Backend(request.param, kafka.bootstrap_servers, lambda t, n: kafka.create_topic(t, n, rf),
+                      lambda t, p: f"127.0.0.1:{kafka.port(kafka.leader(t, p))}"), int(level)
+        return
+    from kproducer.testing import MockCluster
+
+    with MockCluster(3, transaction_version=int(level)) as cluster:
+        def address(t: str, p: int) -> str:
+            host, port = cluster.broker_address(cluster.leader(t, p))
+            return f"{host}:{port}"
+        yield Backend(request.param, cluster.bootstrap_servers, lambda t, n: cluster.create_topic(t, n),
+                      address), int(level)
+
+
+def spy_requests(producer: Producer) -> List[Tuple[str, int]]:
+    """What the producer's network client sends from now on: (API name, version), in order."""
+    sent: List[Tuple[str, int]] = []
+    client = producer._client
+    original = client.send
+
+    def send(request: Any, now_ms: float) -> None:
+        original(request, now_ms)
+        sent.append((request.api.name, request.version))
+
+    client.send = send  # type: ignore[method-assign]
+    return sent
+
+
+def test_the_same_workload_under_transactions_v2_and_v1(versioned: Tuple[Backend, int]) -> None:
+    """One workload -- a transaction with records on 3 partitions and the offsets of a group, one written and
+    aborted, one committed, one empty -- on a cluster that finalized transaction.version 2 and on one at 1.
+
+    Level 2: kproducer speaks transactions v2 (KIP-890 part 2): no AddPartitionsToTxn or AddOffsetsToTxn, Produce
+    v12, TxnOffsetCommit v5, EndTxn v5; each transaction's records carry its own epoch, starting at sequence 0,
+    and its markers the epoch after (the producer adopts the epoch EndTxn answers). Level 1: version 1
+    (AddPartitionsToTxn, AddOffsetsToTxn, Produce v11, TxnOffsetCommit v3, EndTxn v3), one epoch throughout, the
+    sequences go on. Both: read back exactly once with read_committed kafka-python and confluent-kafka consumers,
+    the aborted records written but hidden, the offsets committed with the transaction."""
+    backend, level = versioned
+    v2 = level >= 2
+    if backend.name.startswith("apache_kafka"):
+        assert finalized_transaction_version(backend.bootstrap) == level
+    parts = [0, 1, 2]
+    topic, src = backend.topic(3), backend.topic(1)
+    group = unique("wl-group")
+    committed: Dict[int, List[bytes]] = {p: [] for p in parts}
+    written: Dict[int, List[bytes]] = {p: [] for p in parts}
+    with txn_producer(backend.bootstrap, unique("wl")) as producer:
+        requests = spy_requests(producer)
         producer.init_transactions()
         txn = producer._txn
         assert txn is not None
-        pid, epoch = txn.producer_id, txn.producer_epoch
-        for i in range(3):
+        pid, first_epoch = txn.producer_id, txn.producer_epoch
+        assert txn.transaction_v2_enabled is v2
+        epochs = [first_epoch]
+        for n, (commit, count) in enumerate([(True, 9), (False, 6), (True, 6), (True, 0)]):
             producer.begin_transaction()
-            producer.send(topic, b"r%d" % i, partition=0).get(WAIT)
-            producer.commit_transaction()
-            assert (txn.producer_id, txn.producer_epoch) == (pid, epoch), "version 1: no epoch bump per transaction"
-        coordinator = txn.coordinator(CoordinatorKey(CoordinatorType.TRANSACTION, tid))
-        assert coordinator is not None
-        client = producer._client
-        assert client.api_version(coordinator, m.END_TXN) == 3
-        assert client.api_version(coordinator, m.ADD_PARTITIONS_TO_TXN) == 3
-        assert client.api_version(coordinator, m.INIT_PRODUCER_ID) == 5
-        assert client.api_version(apache_kafka.leader(topic, 0), m.PRODUCE) == 11
-    assert read(ak.bootstrap, topic, [0], 3, committed=True)[0] == [b"r0", b"r1", b"r2"]
-    assert ak.log(topic, 0) == [entry for i in range(3)
-                                for entry in (("data", pid, epoch, [b"r%d" % i]), (COMMIT, pid, epoch))]
+            for j in range(count):
+                value = b"t%d-%d" % (n, j)
+                producer.send(topic, value, partition=j % 3)
+                written[j % 3].append(value)
+                if commit:
+                    committed[j % 3].append(value)
+            if n == 0:
+                producer.send_offsets_to_transaction({(src, 0): 3}, group)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.flush(WAIT)
+                producer.abort_transaction()
+            epochs.append(txn.producer_epoch)
+        assert txn.producer_id == pid
+    apis = [name for name, _v in requests]
+    versions = {name: sorted({v for n, v in requests if n == name}) for name in set(apis)}
+    if v2:
+        assert "AddPartitionsToTxn" not in apis and "AddOffsetsToTxn" not in apis, versions
+        assert (versions["Produce"], versions["EndTxn"], versions["TxnOffsetCommit"]) == ([12], [5], [5])
+        # the empty transaction (nothing sent) ends without EndTxn: no bump for it
+        assert epochs == [first_epoch + i for i in (0, 1, 2, 3, 3)]
+    else:
+        assert apis.count("AddPartitionsToTxn") >= 3 and apis.count("AddOffsetsToTxn") == 1
+        assert (versions["Produce"], versions["EndTxn"], versions["TxnOffsetCommit"]) == ([11], [3], [3])
+        assert epochs == [first_epoch] * 5
+    assert apis.count("EndTxn") == 3
+    # (read first: on Apache Kafka EndTxn is answered before the markers are written; the consumers wait for them)
+    assert read(backend.bootstrap, topic, parts, 15, committed=True) == committed
+    assert read_confluent(backend.bootstrap, topic, parts, 15) == committed
+    assert read(backend.bootstrap, topic, parts, 21, committed=False) == written
+    assert committed_offsets(backend.bootstrap, group, [(src, 0)], stable=True) == {(src, 0): 3}
+    # the logs, as the brokers hold them: each transaction's batches and marker, their epochs and sequences
+    for p in parts:
+        batches, _ = fetch_batches(backend.leader_address(topic, p), topic, p)
+        shape = [((COMMIT if b.records[0].key[-1] == 1 else ABORT) if b.is_control else "data", b.producer_id,
+                  b.producer_epoch) for b in batches]
+        expected: List[Tuple[Any, ...]] = []
+        for n, marker in enumerate((COMMIT, ABORT, COMMIT)):
+            data_epoch = first_epoch + n if v2 else first_epoch
+            expected += [("data", pid, data_epoch)] * sum(1 for b in batches if not b.is_control and
+                                                           b.records[0].value.startswith(b"t%d-" % n))
+            expected.append((marker, pid, data_epoch + 1 if v2 else first_epoch))
+        assert shape == expected, (p, shape)
+        values = [r.value for b in batches if not b.is_control for r in b.records]
+        assert values == written[p], p
+        first_sequences = [next(b.base_sequence for b in batches if not b.is_control
+                                and b.records[0].value.startswith(b"t%d-" % n)) for n in range(3)]
+        assert first_sequences == ([0, 0, 0] if v2 else [0, 3, 5]), (p, first_sequences)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +413,11 @@ def test_commit_abort_commit_read_back(backend: Backend) -> None:
     for p in parts:
         log = backend.log(topic, p)
         assert flat(log) == c1[p] + [COMMIT] + aborted[p] + [ABORT] + c2[p] + [COMMIT], p
-        assert {entry[1:3] for entry in log} == {(pid, epoch)}
+        # transactions v2: each transaction under its own epoch, its marker with the next
+        assert [entry[1:3] for entry in log if entry[0] != "data"] == [(pid, epoch + 1), (pid, epoch + 2),
+                                                                         (pid, epoch + 3)]
+        assert {entry[1:3] for entry in log if entry[0] == "data"} <= {(pid, epoch), (pid, epoch + 1),
+                                                                         (pid, epoch + 2)}
         offsets = [futures[v].get(0).offset for v in everything[p]]
         assert offsets == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16], "records, then a marker per transaction"
 
@@ -345,16 +464,17 @@ def test_a_second_producer_fences_the_first(backend: Backend) -> None:
     assert read(backend.bootstrap, topic, parts, 3, committed=True) == {p: [b"new-%d" % p] for p in parts}
     assert read(backend.bootstrap, topic, parts, 6, committed=False) == {p: [b"old-%d" % p, b"new-%d" % p]
                                                                          for p in parts}
-    for p in parts:
+    for p in parts:  # (the commit's EndTxn v5 bumps the epoch: its marker carries epoch + 3)
         assert backend.log(topic, p) == [("data", pid, epoch, [b"old-%d" % p]), (ABORT, pid, epoch + 1),
-                                         ("data", pid, epoch + 2, [b"new-%d" % p]), (COMMIT, pid, epoch + 2)]
+                                         ("data", pid, epoch + 2, [b"new-%d" % p]), (COMMIT, pid, epoch + 3)]
 
 
 def test_a_fenced_producer_records_fail(backend: Backend) -> None:
     """After being fenced: a record for a partition already in the transaction is refused by the partition
     leader (INVALID_PRODUCER_EPOCH: abortable, as in Java), the commit is refused until an abort, and the
-    abort hits the fence (PRODUCER_FENCED); a record for a new partition fails with PRODUCER_FENCED
-    (AddPartitionsToTxn). Nothing either fenced producer wrote becomes visible."""
+    abort hits the fence (PRODUCER_FENCED); a record for a new partition fails with INVALID_PRODUCER_EPOCH too
+    (transactions v2: the leader asks the coordinator to add the partition, which refuses the old epoch; under
+    v1 AddPartitionsToTxn answered PRODUCER_FENCED). Nothing either fenced producer wrote becomes visible."""
     topic = backend.topic(4)
     tid = unique("fenced-send")
     with txn_producer(backend.bootstrap, tid) as first:
@@ -377,7 +497,7 @@ def test_a_fenced_producer_records_fail(backend: Backend) -> None:
         with txn_producer(backend.bootstrap, tid) as fourth:
             fourth.init_transactions()
             exc = third.send(topic, b"new-partition", partition=3).exception(WAIT)
-            assert isinstance(exc, ProducerFencedError) and "fenced" in str(exc).lower(), repr(exc)
+            assert isinstance(exc, InvalidProducerEpochError), repr(exc)
             fourth.begin_transaction()
             fourth.send(topic, b"fourth", partition=2)
             fourth.commit_transaction()
@@ -512,12 +632,13 @@ def test_offsets_of_a_group_without_members(backend: Backend) -> None:
 def test_a_transaction_past_its_timeout_is_aborted_and_fences_its_producer(backend: Backend) -> None:
     """transaction.timeout.ms=3000: the coordinator aborts the open transaction by itself (Apache Kafka
     checks every transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default) with a new
-    epoch, so read_committed consumers move on without the producer. The producer's commit then gets
-    PRODUCER_FENCED: fatal, as in Java (EndTxnHandler: INVALID_PRODUCER_EPOCH / PRODUCER_FENCED ->
-    ProducerFencedException); the error names the timeout as a possible cause. The producer must be closed;
-    a new producer with the same transactional id carries on. The mock aborts a timed-out transaction when
-    the transactional id is used again or a read_committed Fetch / ListOffsets asks for the last stable
-    offset (as here), rather than on a timer."""
+    epoch, so read_committed consumers move on without the producer. The producer's commit is then refused:
+    under transactions v2 with INVALID_TXN_STATE (the coordinator takes the EndTxn v5 with the epoch just before
+    its own for a retry of the abort that completed the transaction; under v1 it was PRODUCER_FENCED): fatal, as
+    in Java's EndTxnHandler; the error names the timeout as a possible cause. The producer must be closed; a new
+    producer with the same transactional id carries on. The mock aborts a timed-out transaction when the
+    transactional id is used again or a read_committed Fetch / ListOffsets asks for the last stable offset (as
+    here), rather than on a timer."""
     parts = [0, 1, 2]
     topic = backend.topic(3)
     tid = unique("timeout")
@@ -538,11 +659,11 @@ def test_a_transaction_past_its_timeout_is_aborted_and_fences_its_producer(backe
             return all(stable[p] == high[p] == 2 for p in parts)  # the record and the ABORT marker
 
         wait_for(aborted_by_coordinator, "the coordinator to abort the timed-out transaction")
-        with pytest.raises(ProducerFencedError, match="transaction.timeout.ms"):
+        with pytest.raises(InvalidTxnStateError, match="transaction.timeout.ms"):
             producer.commit_transaction()
         assert txn.state is State.FATAL_ERROR
         for call in (producer.begin_transaction, producer.abort_transaction):
-            with pytest.raises(FencedTransactionError, match="must be closed"):
+            with pytest.raises(TransactionError, match="must be closed"):
                 call()
     for p in parts:
         assert backend.log(topic, p) == [("data", pid, epoch, [b"late-%d" % p]), (ABORT, pid, epoch + 1)]
@@ -584,7 +705,7 @@ def test_fifty_transactions_alternating_commit_and_abort(backend: Backend) -> No
             else:
                 producer.flush(WAIT)
                 producer.abort_transaction()
-        assert (txn.producer_id, txn.producer_epoch) == pid_epoch
+        assert (txn.producer_id, txn.producer_epoch) == (pid_epoch[0], pid_epoch[1] + 50), "v2: a bump per EndTxn"
     assert read(backend.bootstrap, topic, parts, 100, committed=True) == expected
     assert sum(len(v) for v in read(backend.bootstrap, topic, parts, 200, committed=False).values()) == 200
     for p in parts:
@@ -639,3 +760,46 @@ def test_two_producers_interleaved_on_the_same_partitions(backend: Backend) -> N
         for tag in (b"a", b"b"):
             assert [v for v in got[p] if v.startswith(tag)] == expected[tag][p], (p, tag)
     assert sum(len(v) for v in read(backend.bootstrap, topic, parts, 82, committed=False).values()) == 82
+
+
+# --------------------------------------------------------------------------------------------
+# a transaction ended by another producer (TransactionHandle) on a transactions-v2 cluster
+
+
+def test_a_handed_over_v2_transaction_is_committed_by_id_and_epoch(backend: Backend) -> None:
+    """The writer speaks transactions v2 (its first commit bumped the epoch); it hands the next transaction over,
+    and another producer commits it by producer id and epoch with EndTxn v3 (the version-1 rules on a v2
+    coordinator): twice, the second a retry that succeeds. A handed-over transaction fenced by a new
+    InitProducerId is refused at commit (PRODUCER_FENCED) and its abort reports it was ended already."""
+    from kproducer.producer.transaction_handle import (
+        abort_transaction,
+        abort_transactional_id,
+        commit_transaction,
+        prepare_transaction,
+    )
+
+    topic = backend.topic(2)
+    config = {"bootstrap.servers": backend.bootstrap}
+    handles = []
+    for tid in (unique("handed"), unique("handed-fenced")):
+        with txn_producer(backend.bootstrap, tid) as writer:
+            writer.init_transactions()
+            first_epoch = writer._transactions().producer_epoch
+            writer.begin_transaction()
+            writer.send(topic, b"%s-first" % tid.encode(), partition=0)
+            writer.commit_transaction()
+            writer.begin_transaction()
+            writer.send(topic, b"%s-handed" % tid.encode(), partition=1)
+            handle = prepare_transaction(writer, WAIT)
+        assert handle.epoch == first_epoch + 1, "transactions v2: the first commit bumped the epoch"
+        handles.append(handle)
+    ok, fenced = handles
+    commit_transaction(ok, config, WAIT)
+    commit_transaction(ok, config, WAIT)  # a retry after success
+    abort_transactional_id(fenced.transactional_id, config, WAIT)
+    with pytest.raises(ProducerFencedError):
+        commit_transaction(fenced, config, WAIT)
+    assert abort_transaction(fenced, config, WAIT) is False
+    got = read(backend.bootstrap, topic, [0, 1], 3, committed=True)
+    assert got == {0: [b"%s-first" % h.transactional_id.encode() for h in handles],
+                   1: [b"%s-handed" % ok.transactional_id.encode()]}

@@ -151,9 +151,10 @@ def test_connection_count_is_a_metric() -> None:
             assert p.metrics()["connection-count"] >= 3
             assert any(m.name == "connection-count" and m.group == "producer-metrics" for m in p.metric_list())
             before = p.metrics()["connection-count"]
-            cluster.stop_broker(2)  # (its connection closes; no record needs it, so it stays closed)
-            assert _wait_for(lambda: p.metrics()["connection-count"] == before - 1), \
-                (before, p.metrics()["connection-count"])
+            # its connections close (the bootstrap one too when it went there); no record needs it: they stay so
+            cluster.stop_broker(2)
+            assert _wait_for(lambda: p.metrics()["connection-count"] < before), (before, p.metrics())
+            assert p.metrics()["connection-count"] >= 2
 
 
 def test_error_cb_hears_an_unreachable_broker_off_the_callers_thread() -> None:
@@ -181,13 +182,12 @@ def test_an_error_cb_that_raises_is_logged_and_the_producer_carries_on(caplog: p
         calls.append(e)
         raise RuntimeError("boom")
 
-    with MockCluster(num_brokers=1) as cluster:
-        cluster.create_topic("t", partitions=1)
-        port = _closed_port()
-        # the first bootstrap server refuses: error_cb raises; the second is the broker
-        with Producer(bootstrap_servers=f"127.0.0.1:{port},{cluster.bootstrap_servers}", error_cb=error_cb) as p:
-            for i in range(20):
-                p.send("t", b"v%d" % i).get(30)
+    port = _closed_port()
+    with Producer(bootstrap_servers=f"127.0.0.1:{port}", max_block_ms=500, error_cb=error_cb) as p:
+        for _ in range(2):
+            with pytest.raises(NoBrokersAvailableError):  # (not NetworkThreadDiedError: the thread carries on)
+                p.send("t", b"v").get(30)
+        assert p._sender.is_alive()
     assert calls
     assert any("error_cb" in r.getMessage() and r.exc_info is not None for r in caplog.records), caplog.text
 

@@ -280,7 +280,8 @@ def test_no_init_producer_id_fails_the_idempotent_producer_at_once() -> None:
 
 @pytest.mark.parametrize("missing", ["InitProducerId", "AddPartitionsToTxn"])
 def test_a_transactional_api_the_broker_lacks_fails_the_transaction_at_once(missing: str) -> None:
-    with MockCluster(1, api_versions={missing: None}) as cluster:
+    # (an old broker: no transaction.version finalized, so the client speaks transactions v1, AddPartitionsToTxn)
+    with MockCluster(1, api_versions={missing: None}, transaction_version=0) as cluster:
         cluster.create_topic(TOPIC, 1)
         producer = producer_for(cluster, transactional_id="old-broker-txn", max_block_ms=120_000,
                                 transaction_timeout_ms=60_000)

@@ -2,7 +2,7 @@
 ended by another (issue 14), read back with kafka-python as a read_committed consumer."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -28,9 +28,11 @@ pytestmark = [
 TOPIC = "handed"
 
 
-@pytest.fixture
-def cluster() -> Iterator[MockCluster]:
-    with MockCluster(1) as c:
+@pytest.fixture(params=[0, 2], ids=["tv0", "tv2"])
+def cluster(request: Any) -> Iterator[MockCluster]:
+    """transaction.version 0 (the writer speaks transactions v1) and 2 (v2: the writer's transactions bump the
+    epoch at every EndTxn; a resumed transaction is still ended with EndTxn v3, the version-1 rules)."""
+    with MockCluster(1, transaction_version=request.param) as c:
         c.create_topic(TOPIC, partitions=2)
         yield c
 
@@ -126,3 +128,31 @@ def test_committed_offsets_waits_for_unstable_offsets_then_reads_the_last_commit
             assert handler.offsets == {(TOPIC, 0): (5, "")}
             assert handler.require_stable is stable_at_the_end
 
+
+
+def test_a_transaction_written_after_others_is_handed_over_with_its_current_epoch(cluster: MockCluster) -> None:
+    """The writer commits a transaction first, then hands the next one over. Under transactions v2 that commit's
+    EndTxn v5 bumped the epoch, and the handle carries the bumped one; the resumed producer ends the transaction
+    with EndTxn v3 (no bump: a repeated commit with the handle's epoch succeeds) on both versions."""
+    v2 = cluster.transaction_version >= 2
+    p = Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="w-6", linger_ms=1)
+    try:
+        p.init_transactions(10)
+        first_epoch = p._transactions().producer_epoch
+        p.begin_transaction()
+        p.send(TOPIC, b"100", partition=0)
+        p.commit_transaction(10)
+        p.begin_transaction()
+        p.send(TOPIC, b"101", partition=1)
+        handle = prepare_transaction(p, 10)
+    finally:
+        p.close(5)
+    assert handle.epoch == first_epoch + (1 if v2 else 0)
+    cluster.reset_request_log()
+    config = {"bootstrap.servers": cluster.bootstrap_servers}
+    commit_transaction(handle, config)
+    commit_transaction(handle, config)
+    assert [e.version for e in cluster.request_log if e.api == "end_txn"] == [3, 3]
+    assert not any(e.api == "init_producer_id" for e in cluster.request_log), "no epoch bump"
+    assert cluster.producer_id_and_epoch("w-6") == (handle.producer_id, handle.epoch)
+    assert _committed(cluster) == [100, 101]

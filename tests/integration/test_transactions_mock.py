@@ -52,12 +52,19 @@ class Sent(SentRecords):
 
 
 
-@pytest.fixture
-def cluster() -> Iterator[MockCluster]:
-    with MockCluster(3) as c:
+@pytest.fixture(params=[0, 2], ids=["tv0", "tv2"])
+def cluster(request: Any) -> Iterator[MockCluster]:
+    """A 3-broker MockCluster whose finalized transaction.version is 0 (kproducer speaks transactions v1) or 2
+    (transactions v2, KIP-890: the epoch goes up at every EndTxn); a test for one version only parametrizes
+    ``transaction_version`` itself."""
+    with MockCluster(3, transaction_version=request.param) as c:
         c.create_topic(TOPIC, PARTITIONS)
         c.create_topic("in", 2)
         yield c
+
+
+def is_v2(cluster: MockCluster) -> bool:
+    return cluster.transaction_version >= 2
 
 
 def close_bounded(producer: Producer, timeout: float = 10.0) -> None:
@@ -195,17 +202,27 @@ def test_commit_and_abort_read_back(cluster: MockCluster) -> None:
     sent.check_callbacks_once()
     assert sent.failed() == {}, "every record was written (the aborted ones before the abort)"
 
-    # the log: records and markers, in order, all with the transaction's producer id and epoch
+    # the log: records and markers, in order, with the producer's id; v1: one epoch for all, and the sequence
+    # goes on from one transaction to the next; v2: EndTxn bumps the epoch (its markers carry the new one) and
+    # each transaction numbers its records from 0 under its own epoch
+    v2 = is_v2(cluster)
     for p in range(PARTITIONS):
         recs = log(cluster, p)
-        assert shape(recs) == (sent.by_partition(c1)[p] + ["COMMIT"] + sent.by_partition(a)[p] + ["ABORT"]
-                               + sent.by_partition(c2)[p] + ["COMMIT"]), p
-        assert all((r.producer_id, r.producer_epoch) == (pid, epoch) for r in recs)
+        txns = [sent.by_partition(c1)[p], sent.by_partition(a)[p], sent.by_partition(c2)[p]]
+        assert shape(recs) == txns[0] + ["COMMIT"] + txns[1] + ["ABORT"] + txns[2] + ["COMMIT"], p
+        assert all(r.producer_id == pid for r in recs)
+        if v2:
+            assert [r.producer_epoch for r in recs] == [
+                e for i, t in enumerate(txns) for e in [epoch + i] * len(t) + [epoch + i + 1]]
+            assert [r.sequence for r in recs if not r.is_control] == [s for t in txns for s in range(len(t))]
+        else:
+            assert all(r.producer_epoch == epoch for r in recs)
+            data = [r for r in recs if not r.is_control]
+            assert [r.sequence for r in data] == list(range(len(data)))
         assert all(r.is_transactional for r in recs)
-        data = [r for r in recs if not r.is_control]
-        assert [r.sequence for r in data] == list(range(len(data)))
         assert cluster.last_stable_offset(TOPIC, p) == cluster.high_watermark(TOPIC, p)
-        assert cluster.producer_state(TOPIC, p)[pid][0] == epoch
+        assert cluster.producer_state(TOPIC, p)[pid][0] == epoch + (3 if v2 else 0)
+    assert pid_epoch(producer) == (pid, epoch + (3 if v2 else 0))
     # offsets the futures report are where the records are
     offsets = {(p, r.offset): r.value for p in range(PARTITIONS) for r in log(cluster, p)}
     for i, (md, _e) in sent.results.items():
@@ -278,7 +295,8 @@ def test_send_offsets_to_transaction(cluster: MockCluster) -> None:
         assert cluster.committed_offsets("group-a") == {("in", 0): 42, ("in", 1): 8}
     sent.check_callbacks_once()
     assert cluster.request_counts["txn_offset_commit"] == 3
-    assert cluster.request_counts["add_offsets_to_txn"] == 3
+    # (transactions v2: TxnOffsetCommit v5 adds the group to the transaction itself)
+    assert cluster.request_counts["add_offsets_to_txn"] == (0 if is_v2(cluster) else 3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,17 +332,20 @@ def test_second_producer_fences_the_first_at_commit(cluster: MockCluster) -> Non
             second.commit_transaction()
     sent.check_callbacks_once()
     assert sent.failed() == {}
+    commit_epoch = old_epoch + (3 if is_v2(cluster) else 2)  # (v2: the commit marker carries the bumped epoch)
     for p in range(PARTITIONS):
         recs = log(cluster, p)
         assert shape(recs) == sent.by_partition(old)[p] + ["ABORT"] + sent.by_partition(new)[p] + ["COMMIT"]
-        assert [r.producer_epoch for r in recs] == [old_epoch, old_epoch + 1, old_epoch + 2, old_epoch + 2]
+        assert [r.producer_epoch for r in recs] == [old_epoch, old_epoch + 1, old_epoch + 2, commit_epoch]
     assert values_by_partition(read_kafka_python(cluster, read_committed=True)) == sent.by_partition(new)
 
 
 def test_fenced_producer_records_fail(cluster: MockCluster) -> None:
     """After being fenced: a record for a new partition fails with ProducerFencedError (AddPartitionsToTxn is
-    refused); a record for a partition already in the transaction is refused by the partition
-    (INVALID_PRODUCER_EPOCH, abortable as in Java), and the abort then hits the fence."""
+    refused; under transactions v2 the partition's leader asks the coordinator to add it, and the record fails
+    with INVALID_PRODUCER_EPOCH, as on Apache Kafka 4.1); a record for a partition already in the transaction is
+    refused by the partition (INVALID_PRODUCER_EPOCH, abortable as in Java), and the abort then hits the
+    fence."""
     sent = Sent()
     with txn_producer(cluster, "shared") as first:
         first.init_transactions()
@@ -350,7 +371,12 @@ def test_fenced_producer_records_fail(cluster: MockCluster) -> None:
             fourth.init_transactions()
             other = sent.send(third, b"new-partition", 3)
             exc = sent.futures[other].exception(WAIT)
-            assert isinstance(exc, ProducerFencedError) and "fenced" in str(exc).lower(), repr(exc)
+            if is_v2(cluster):
+                assert isinstance(exc, InvalidProducerEpochError), repr(exc)
+                with pytest.raises(ProducerFencedError, match="(?i)fenced"):
+                    third.abort_transaction()
+            else:
+                assert isinstance(exc, ProducerFencedError) and "fenced" in str(exc).lower(), repr(exc)
     sent.check_callbacks_once()
     # nothing the fenced producers wrote is visible to read_committed consumers
     assert read_kafka_python(cluster, read_committed=True) == []
@@ -435,18 +461,29 @@ def test_misuse_errors_are_helpful(cluster: MockCluster) -> None:
 
 
 @pytest.mark.parametrize("api, codes", [
-    ("add_partitions_to_txn", [51]),
-    ("add_partitions_to_txn", [16]),
-    ("add_partitions_to_txn", [51, 51, 16]),
     ("end_txn", [51]),
     ("end_txn", [16]),
     ("end_txn", [51, 16, 51]),
     ("find_coordinator", [15]),
     ("init_producer_id", [51]),
-    ("add_offsets_to_txn", [51, 16]),
     ("txn_offset_commit", [16]),
 ])
 def test_retriable_coordinator_errors_are_retried(cluster: MockCluster, api: str, codes: List[int]) -> None:
+    retriable_coordinator_errors_are_retried(cluster, api, codes)
+
+
+@pytest.mark.parametrize("cluster", [0], ids=["tv0"], indirect=True)  # (v2 sends neither of these)
+@pytest.mark.parametrize("api, codes", [
+    ("add_partitions_to_txn", [51]),
+    ("add_partitions_to_txn", [16]),
+    ("add_partitions_to_txn", [51, 51, 16]),
+    ("add_offsets_to_txn", [51, 16]),
+])
+def test_retriable_add_to_transaction_errors_are_retried(cluster: MockCluster, api: str, codes: List[int]) -> None:
+    retriable_coordinator_errors_are_retried(cluster, api, codes)
+
+
+def retriable_coordinator_errors_are_retried(cluster: MockCluster, api: str, codes: List[int]) -> None:
     sent = Sent()
     with txn_producer(cluster) as producer:
         cluster.inject_errors(api, codes)
@@ -560,7 +597,8 @@ def test_after_a_failed_record_and_abort_the_next_transaction_is_accepted_at_onc
         failed = sent.send(producer, b"fails", partition=0)
         assert isinstance(sent.futures[failed].exception(WAIT), InvalidRecordError)
         producer.abort_transaction()
-        assert pid_epoch(producer) == (pid, epoch + 1), "the abort bumped the epoch (KIP-360)"
+        # v1: the abort bumped the epoch (KIP-360); v2: the commit's EndTxn did, and the abort's
+        assert pid_epoch(producer) == (pid, epoch + (2 if is_v2(cluster) else 1)), "the abort bumped the epoch"
         produce_before = cluster.request_counts["produce"]
         producer.begin_transaction()
         nxt = [sent.send(producer, b"next", partition=0)]

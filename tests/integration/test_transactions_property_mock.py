@@ -13,7 +13,8 @@ the schedule, timing-dependent. ``python tests/integration/test_transactions_pro
 with ``--minimise``, drops faults and transactions as long as the same kind of violation remains.
 Violations are collected, not raised at the first: the schedule goes on while the producer can.
 
-Each schedule: a fresh 3-broker MockCluster, a topic of 2 or 3 partitions, a transactional Producer with
+Each schedule: a fresh 3-broker MockCluster (``transaction.version`` 0 for an even seed: kproducer speaks
+transactions v1; 2 for an odd one: v2, KIP-890), a topic of 2 or 3 partitions, a transactional Producer with
 short timeouts (request.timeout.ms 1000) and ``init_transactions()``, then 3-5 transactions of 1-4 keyed
 records (explicit partitions), each ending in ``commit_transaction()`` or ``abort_transaction()`` chosen at
 random, then one last fault-free transaction with a record for every partition that is committed. Faults
@@ -176,8 +177,15 @@ class Schedule:
     init_faults: Tuple[Fault, ...]
     txns: Tuple[TxnPlan, ...]
 
+    @property
+    def transaction_version(self) -> int:
+        """The cluster's finalized transaction.version: 0 (transactions v1) for even seeds, 2 (v2, KIP-890) for odd
+        ones. (Under v2 the producer sends no AddPartitionsToTxn: such faults stay pending, harmlessly.)"""
+        return self.seed % 2 * 2
+
     def describe(self) -> str:
-        lines = [f"seed {self.seed}: {self.partitions} partitions, {BROKERS} brokers"
+        lines = [f"seed {self.seed}: {self.partitions} partitions, {BROKERS} brokers, transaction.version "
+                 f"{self.transaction_version}"
                  + (f"; before init_transactions: {', '.join(map(str, self.init_faults))}" if self.init_faults
                     else "")]
         for k, t in enumerate(self.txns):
@@ -481,7 +489,7 @@ def run_schedule(schedule: Schedule) -> Run:
     run = Run(schedule)
     start = time.monotonic()
     topic, txn_id = f"prop-{schedule.seed}", f"prop-txn-{schedule.seed}"
-    with MockCluster(BROKERS) as cluster:
+    with MockCluster(BROKERS, transaction_version=schedule.transaction_version) as cluster:
         cluster.create_topic(topic, schedule.partitions)
         faults = Faults(cluster, topic, txn_id)
         producer = Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id=txn_id,
@@ -721,9 +729,9 @@ def test_schedules_are_reproducible_and_varied() -> None:
 TOPIC = "regress"
 
 
-@pytest.fixture
-def cluster() -> Iterator[MockCluster]:
-    with MockCluster(BROKERS) as c:
+@pytest.fixture(params=[0, 2], ids=["tv0", "tv2"])
+def cluster(request: Any) -> Iterator[MockCluster]:
+    with MockCluster(BROKERS, transaction_version=request.param) as c:
         c.create_topic(TOPIC, 3)
         yield c
 

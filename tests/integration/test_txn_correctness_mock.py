@@ -37,6 +37,9 @@ pytestmark = [
 TOPIC = "tx"
 WAIT = 30.0
 ABORT, COMMIT = 0, 1  # control record types
+#: the scenarios run with the mock's transaction.version at 0 (kproducer speaks transactions v1) and at 2 (v2,
+#: KIP-890); those about AddPartitionsToTxn or InitProducerId epoch bumps (v1 only) pin 0
+TV = pytest.mark.parametrize("tv", [0, 2], ids=["tv0", "tv2"])
 
 
 @contextlib.contextmanager
@@ -82,12 +85,14 @@ def wait_for(predicate: Any, what: str, timeout: float = WAIT) -> None:
 # item 1: every failed batch makes the transaction abortable
 
 
-def test_a_leaders_authentication_failure_mid_transaction_fails_the_commit() -> None:
+@TV
+def test_a_leaders_authentication_failure_mid_transaction_fails_the_commit(tv: int) -> None:
     """36 records over 6 partitions led by 3 brokers; while they linger, alice's password changes and one
     leader (not the coordinator) drops our connection: reconnecting fails authentication and its queued
     batches fail. The commit must not commit the other brokers' records without them (it did: 24 of 36)."""
     users = {"alice": "alice-secret"}
-    with MockCluster(3, security_protocol="SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=users) as cluster:
+    with MockCluster(3, security_protocol="SASL_PLAINTEXT", sasl_mechanisms=["PLAIN"], users=users,
+                     transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 6)
         sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
                 "sasl_plain_password": "alice-secret"}
@@ -125,11 +130,12 @@ def test_a_leaders_authentication_failure_mid_transaction_fails_the_commit() -> 
     assert got == {p: [b"warm-%d" % p] + [b"s%d" % i for i in range(36) if i % 6 == p] for p in range(6)}
 
 
-def test_send_batch_that_could_not_queue_every_record_makes_the_transaction_abortable() -> None:
+@TV
+def test_send_batch_that_could_not_queue_every_record_makes_the_transaction_abortable(tv: int) -> None:
     """send_batch() raised (buffer memory did not come within max.block.ms) after some of its records were
     queued: the transaction must not commit those without the others (as Java's send() failing makes it
     abortable)."""
-    with MockCluster(1) as cluster:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 2)
         with producer_for(cluster, "batch-1", batch_size=16384, buffer_memory=32768, max_block_ms=300,
                           linger_ms=0) as producer:
@@ -155,8 +161,9 @@ def test_send_batch_that_could_not_queue_every_record_makes_the_transaction_abor
 
 
 @pytest.mark.parametrize("call", ["commit_transaction", "abort_transaction"])
-def test_a_timed_out_end_of_transaction_completed_in_the_background_is_returned_to_the_retry(call: str) -> None:
-    with MockCluster(1) as cluster:
+@TV
+def test_a_timed_out_end_of_transaction_completed_in_the_background_is_returned_to_the_retry(call: str, tv: int) -> None:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 2)
         with producer_for(cluster, f"retry-{call}") as producer:
             producer.init_transactions()
@@ -183,8 +190,9 @@ def test_a_timed_out_end_of_transaction_completed_in_the_background_is_returned_
         assert markers(cluster, TOPIC, 0) == [b"v", "COMMIT" if call == "commit_transaction" else "ABORT"]
 
 
-def test_a_timed_out_init_transactions_completed_in_the_background_is_returned_to_the_retry() -> None:
-    with MockCluster(1) as cluster:
+@TV
+def test_a_timed_out_init_transactions_completed_in_the_background_is_returned_to_the_retry(tv: int) -> None:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 1)
         with producer_for(cluster, "retry-init") as producer:
             cluster.set_latency(1, 1000)
@@ -210,7 +218,7 @@ def test_a_timed_out_init_transactions_completed_in_the_background_is_returned_t
 
 @pytest.mark.parametrize("error", [UnknownProducerIdError, InvalidProducerIdMappingError])
 def test_producer_id_errors_on_add_partitions_abort_and_close_at_once(error: Any) -> None:
-    with MockCluster(1) as cluster:
+    with MockCluster(1, transaction_version=0) as cluster:
         cluster.create_topic(TOPIC, 2)
         with producer_for(cluster, f"apt-{error.code}") as producer:
             producer.init_transactions()
@@ -240,7 +248,7 @@ def test_producer_id_errors_on_add_partitions_abort_and_close_at_once(error: Any
 
 
 def test_abort_without_epoch_bump_sends_the_batch_awaiting_a_retry_and_the_next_transaction_commits() -> None:
-    with MockCluster(1, api_versions={"init_producer_id": (0, 2)}) as cluster:
+    with MockCluster(1, transaction_version=0, api_versions={"init_producer_id": (0, 2)}) as cluster:
         cluster.create_topic(TOPIC, 1)
         with producer_for(cluster, "nobump", retry_backoff_ms=1500, retry_backoff_max_ms=1500) as producer:
             producer.init_transactions()
@@ -266,8 +274,9 @@ def test_abort_without_epoch_bump_sends_the_batch_awaiting_a_retry_and_the_next_
 
 
 @pytest.mark.parametrize("error", [TransactionalIdAuthorizationFailedError, ClusterAuthorizationFailedError])
-def test_init_transactions_refused_by_authorization_may_be_called_again(error: Any) -> None:
-    with MockCluster(1) as cluster:
+@TV
+def test_init_transactions_refused_by_authorization_may_be_called_again(error: Any, tv: int) -> None:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 1)
         with producer_for(cluster, f"auth-init-{error.code}") as producer:
             cluster.inject_errors("init_producer_id", [error.code])
@@ -285,11 +294,12 @@ def test_init_transactions_refused_by_authorization_may_be_called_again(error: A
 # item 6: close and send_offsets_to_transaction({})
 
 
-def test_close_does_not_wait_for_init_producer_id_retries() -> None:
+@TV
+def test_close_does_not_wait_for_init_producer_id_retries(tv: int) -> None:
     """The coordinator keeps answering a retriable error: init_transactions() times out, and close() (no
     timeout) returns without waiting for the retries (before the fix it waited for ever); a retry of the
     call then says the producer is closed."""
-    with MockCluster(1) as cluster:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.inject_errors("init_producer_id", [51] * 100_000)  # CONCURRENT_TRANSACTIONS, retriable
         producer = Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="closing",
                             retry_backoff_ms=20, retry_backoff_max_ms=50)
@@ -303,8 +313,9 @@ def test_close_does_not_wait_for_init_producer_id_retries() -> None:
             producer.init_transactions(1)
 
 
-def test_a_forced_close_fails_a_thread_waiting_in_commit_at_once() -> None:
-    with MockCluster(1) as cluster:
+@TV
+def test_a_forced_close_fails_a_thread_waiting_in_commit_at_once(tv: int) -> None:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 1)
         producer = Producer(bootstrap_servers=cluster.bootstrap_servers, transactional_id="forced",
                             max_block_ms=120_000, retry_backoff_ms=20)
@@ -329,8 +340,9 @@ def test_a_forced_close_fails_a_thread_waiting_in_commit_at_once() -> None:
         assert len(outcome) == 1 and isinstance(outcome[0], ProducerClosedError), outcome
 
 
-def test_send_offsets_to_transaction_with_no_offsets_sends_nothing() -> None:
-    with MockCluster(1) as cluster:
+@TV
+def test_send_offsets_to_transaction_with_no_offsets_sends_nothing(tv: int) -> None:
+    with MockCluster(1, transaction_version=tv) as cluster:
         cluster.create_topic(TOPIC, 1)
         with producer_for(cluster, "no-offsets") as producer:
             producer.init_transactions()

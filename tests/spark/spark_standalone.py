@@ -1,6 +1,6 @@
 """A Spark standalone cluster on this machine: one master and two workers started with pyspark's own
 ``bin/spark-class`` (``org.apache.spark.deploy.master.Master`` / ``...worker.Worker``), each worker
-running its executors in their own JVM processes, all on 127.0.0.1.
+running its executors in their own JVM processes, all on 127.0.0.1 (a worker may be named ``localhost``).
 
 Used by tests/spark/test_spark_standalone.py and benchmarks/bench_spark.py (``--standalone``). Every wait
 is bounded; :meth:`StandaloneCluster.stop` ends only the processes it started (SIGTERM, then SIGKILL
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 HOST = "127.0.0.1"
 
@@ -41,9 +41,12 @@ class StandaloneCluster:
     """``with StandaloneCluster(repo) as c: ... c.master_url ...``"""
 
     def __init__(self, python_path: str, workers: int = 2, cores: int = 1, memory: str = "1g",
-                 start_timeout: float = 90.0) -> None:
+                 start_timeout: float = 90.0, hosts: Sequence[str] = (HOST,)) -> None:
         self.python_path = python_path
         self.workers = workers
+        #: the host name of each worker (cycled): Spark never runs a speculative copy of a task on a host where
+        #: an attempt of it runs, so with ("127.0.0.1", "localhost") the two workers count as two hosts
+        self.hosts = tuple(hosts)
         self.cores = cores
         self.memory = memory
         self.start_timeout = start_timeout
@@ -103,7 +106,8 @@ class StandaloneCluster:
             for i in range(self.workers):
                 work = os.path.join(self.dir, f"work-{i}")
                 os.makedirs(work, exist_ok=True)
-                self._spawn(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker", "--host", HOST,
+                self._spawn(f"worker-{i}", ["org.apache.spark.deploy.worker.Worker",
+                                            "--host", self.hosts[i % len(self.hosts)],
                                             "--port", str(_free_port()), "--webui-port", str(_free_port()),
                                             "--cores", str(self.cores), "--memory", self.memory,
                                             "--work-dir", work, self.master_url])

@@ -15,20 +15,29 @@ test_spark_standalone.py.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List
 
 import pytest
 
 from kproducer.producer.partitioner import murmur2
 from kproducer.spark import SinkCommitMessage, SinkWriteError
-from kproducer.spark._sink import marker_group, transactional_id
+from kproducer.spark._sink import transactional_id
+from tests.spark.ak_helpers import (
+    PARTITIONS,
+    admin_client,
+    confluent_read,
+    log_ends,
+    markers,
+    open_transactions,
+    read_values,
+    transactions,
+)
 from tests.spark.eos_helpers import (
     arrow_batch_rows,
     as_task,
@@ -42,14 +51,6 @@ from tests.spark.eos_helpers import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.apache_kafka]
 
-PARTITIONS = 2
-
-#: transaction states in which a transaction holds back the last stable offset of its partitions
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-#: the states of a transaction being completed: EndTxn (or a fence) answered, the coordinator writes its markers
-COMPLETING = ("PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-
-
 @pytest.fixture
 def topic(ak_topic: Callable[..., str]) -> str:
     return ak_topic(partitions=PARTITIONS, replication_factor=3, prefix="spark")
@@ -57,119 +58,8 @@ def topic(ak_topic: Callable[..., str]) -> str:
 
 @pytest.fixture(scope="module")
 def admin(apache_kafka: Any) -> Any:
-    from kafka import KafkaAdminClient  # type: ignore[import-untyped]
-
-    client = KafkaAdminClient(bootstrap_servers=apache_kafka.bootstrap_servers, client_id="kproducer-spark-ak-admin",
-                              request_timeout_ms=30000)
-    try:
+    with admin_client(apache_kafka.bootstrap_servers) as client:
         yield client
-    finally:
-        client.close()
-
-
-def _state(value: Any) -> str:
-    return str(getattr(value, "value", value))
-
-
-def transactions(admin: Any, prefix: str) -> Dict[str, str]:
-    """``{transactional id: state}`` of every transactional id the coordinators list (ListTransactions)
-    under ``prefix``, whatever the state (Empty, Ongoing, CompleteCommit, ...)."""
-    listed = admin.list_transactions()
-    return {t.transactional_id: _state(t.state) for batch in listed.values() for t in batch
-            if t.transactional_id.startswith(prefix + "-")}
-
-
-def open_transactions(admin: Any, prefix: str, timeout: float = 30.0, ongoing_too: bool = False) -> Dict[str, str]:
-    """The open transactions under ``prefix`` once none of them is completing (the coordinator writes its
-    markers after answering EndTxn), and with ``ongoing_too`` once none is open at all; or as they are after
-    ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        still = {t: s for t, s in transactions(admin, prefix).items() if s in OPEN_STATES}
-        waiting = [s for s in still.values() if s in COMPLETING or ongoing_too]
-        if not waiting or time.monotonic() >= deadline:
-            return still
-        time.sleep(0.2)
-
-
-Record = Tuple[int, int, Optional[bytes], Optional[bytes], List[Tuple[str, Optional[bytes]]]]
-
-
-def log_ends(bootstrap: str, topic: str) -> Dict[str, List[int]]:
-    """Per partition, the end of the log for each isolation level (ListOffsets with kafka-python): the high
-    watermark for read_uncommitted, the last stable offset for read_committed (lower while a transaction is
-    open on the partition)."""
-    from kafka import KafkaConsumer, TopicPartition  # type: ignore[import-untyped]
-
-    out: Dict[str, List[int]] = {}
-    for isolation in ("read_uncommitted", "read_committed"):
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                 isolation_level=isolation, request_timeout_ms=15000, client_id="kproducer-spark-ak")
-        try:
-            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-            ends = consumer.end_offsets(tps)
-            out[isolation] = [ends[tp] for tp in tps]
-        finally:
-            consumer.close()
-    return out
-
-
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60.0) -> List[Record]:
-    """Every record of ``topic`` a kafka-python consumer at ``isolation`` sees, read from the beginning until its
-    position reaches the end of every partition (for read_committed the last stable offset, so aborted records
-    and transaction markers are read past): an empty result means the consumer read the log through and found
-    nothing, not that it gave up waiting. (partition, offset, key, value, headers)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", isolation_level=isolation, fetch_max_wait_ms=50,
-                             request_timeout_ms=15000, client_id="kproducer-spark-ak")
-    out: List[Record] = []
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning()
-        end = consumer.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"{isolation}: could not read {topic} to its end {end} in {timeout} s"
-            for batch in consumer.poll(timeout_ms=200, max_records=100_000).values():
-                out.extend((r.partition, r.offset, r.key, r.value, list(r.headers)) for r in batch)
-    finally:
-        consumer.close()
-    return out
-
-
-def read_values(bootstrap: str, topic: str, isolation: str = "read_committed") -> Counter:  # type: ignore[type-arg]
-    """:func:`read_all`'s record values (integers) as a Counter."""
-    return Counter(int(v) for _p, _o, _k, v, _h in read_all(bootstrap, topic, isolation) if v is not None)
-
-
-def confluent_read(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 60.0) -> List[Record]:
-    """Like :func:`read_all`, with confluent-kafka (librdkafka): from the beginning until every partition
-    reported its end (partition EOF; for read_committed, the last stable offset)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition  # type: ignore[import-untyped]
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"spark-ak-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True,
-                         "client.id": "kproducer-spark-ak", "fetch.wait.max.ms": 50})
-    out: List[Record] = []
-    at_end = set()
-    try:
-        consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])  # -2: OFFSET_BEGINNING
-        deadline = time.monotonic() + timeout
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{isolation}: confluent-kafka did not reach the end of {topic}"
-            for m in consumer.consume(10_000, 0.5):
-                err = m.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    at_end.add(m.partition())
-                    continue
-                out.append((m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or [])))
-    finally:
-        consumer.close()
-    return out
 
 
 # -- at-least-once ------------------------------------------------------------------------------------------
@@ -194,18 +84,6 @@ def test_at_least_once_keys_values_headers(spark: Any, apache_kafka: Any, topic:
         assert headers == [("id", value), ("none", None)]
         by_id[int(value)] += 1
     assert by_id == Counter(range(n))
-
-
-def markers(admin: Any, prefix: str, partitions: int) -> Dict[int, Dict[str, Any]]:
-    """Each Spark partition's marker (the metadata of its marker group's committed offset, read with kafka-python's
-    OffsetFetch): ``{partition: {"write", "partition", "attempt", "rows"[, "batch"]}}``."""
-    out: Dict[int, Dict[str, Any]] = {}
-    for p in range(partitions):
-        group = marker_group(prefix, p)
-        offsets = admin.list_group_offsets({group: None})[group]
-        for om in offsets.values():
-            out[p] = json.loads(om.metadata)
-    return out
 
 
 # -- exactly-once: the writers called directly (no Spark job): attempts interleaved as we choose ------------------
@@ -235,14 +113,16 @@ def test_speculative_copy_fences_the_first_attempt_mid_write(apache_kafka: Any, 
         writer.write(attempt0_input())
     text = str(info.value)
     assert "another attempt of this task (a speculative copy or Spark's retry) began under" in text, text
+    assert open_transactions(admin, prefix) == {}
+    assert transactions(admin, prefix) == {transactional_id(prefix, 0): "CompleteCommit"}
     as_task(monkeypatch, 0, 2)
     late = writer.write(iter([rows(0, 200, PARTITIONS)]))
     assert (copy[0].rows, copy[0].skipped, late.rows, late.skipped) == (200, False, 0, True)
+    # the late copy's InitProducerId bumped the epoch of the completed transaction (state Empty), and it began none
+    assert transactions(admin, prefix) == {transactional_id(prefix, 0): "Empty"}
 
     assert read_values(bootstrap, topic) == Counter(range(200))
     assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == 300  # attempt 0's 100, aborted
-    assert open_transactions(admin, prefix) == {}
-    assert transactions(admin, prefix) == {transactional_id(prefix, 0): "CompleteCommit"}
     assert markers(admin, prefix, 1) == {0: {"write": writer.write_id, "partition": 0, "attempt": 1, "rows": 200}}
 
 
@@ -385,9 +265,13 @@ def test_failed_job_run_again(spark: Any, apache_kafka: Any, admin: Any, topic: 
         return
     assert read_values(bootstrap, topic) == Counter(range(n))
     assert sum(read_values(bootstrap, topic, "read_uncommitted").values()) == n
-    # the default prefix is kproducer-<write id>: task 0 committed in the first run, task 1 in the second
-    assert transactions(admin, f"kproducer-{prefix}") == {transactional_id(f"kproducer-{prefix}", p): "CompleteCommit"
-                                                           for p in range(2)}
+    # the default prefix is kproducer-<write id>: task 0 committed in the first run (the second run's task 0 only
+    # called InitProducerId: Empty), task 1 in the second; both markers name the write
+    tprefix = f"kproducer-{prefix}"
+    assert transactions(admin, tprefix) == {transactional_id(tprefix, 0): "Empty",
+                                            transactional_id(tprefix, 1): "CompleteCommit"}
+    assert {p: (m["write"], m["rows"]) for p, m in markers(admin, tprefix, 2).items()} == {0: (prefix, n // 2),
+                                                                                           1: (prefix, n // 2)}
 
 
 # -- exactly-once: streams ----------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ CASES = [
     _Case("key serializer returns str", SerializationError, settings={"key_serializer": lambda k: "s"}, key="k"),
     _Case("json serializer, not JSON-able", SerializationError, settings={"value_serializer": "json"},
           value=object()),
-    _Case("header value is a str", TypeError, headers=[("h", "text")]),
+    _Case("header value is an int", TypeError, headers=[("h", 5)]),
     _Case("header key is not a str", TypeError, headers=[(b"h", b"v")]),
     _Case("headers are not pairs", TypeError, headers=[b"h"]),
     _Case("negative timestamp", ValueError, timestamp_ms=-1),

@@ -256,7 +256,8 @@ def test_python_dash_m_and_mock_cluster_subprocess(tmp_path: Path) -> None:
                                "-f", str(data), "-v", *FAST], capture_output=True, text=True, env=_env(),
                               timeout=60)
         assert done.returncode == 0, done.stderr
-        assert len(done.stdout.split()) == 2 and all(x.startswith("sub-") for x in done.stdout.split())
+        lines = done.stdout.splitlines()  # (topic-partition@offset, tab, the input line: issue 30)
+        assert len(lines) == 2 and all(x.startswith("sub-") for x in lines)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -277,7 +277,7 @@ def _fast_send_kwargs(p: Producer) -> Dict[str, Any]:
                 future_type=kp.FutureRecordMetadata, batch_type=kp.ProducerBatch, monotonic_ms=None, wall_ms=None,
                 max_request_size=adm.max_request_size, record_overhead=kp._RECORD_OVERHEAD,
                 bound_extra=kp._BOUND_EXTRA, hash_cache_size=kp.HASH_CACHE_SIZE, touch_ms=kp._TOPIC_TOUCH_MS,
-                ignore_keys=adm.ignore_keys, gate=bytearray(b"\x01"))
+                ignore_keys=adm.ignore_keys, gate=bytearray(b"\x01"), callback_codes=kp._CALLBACK_CODES)
 
 
 @pytest.mark.parametrize("settings, built", [
@@ -360,12 +360,13 @@ def test_fast_path_futures_and_callbacks_are_freed_once_the_batch_completes(env:
     p.send("t", b"x", partition=3)  # opens the partition's batch
     cb = Callback()
     ref = weakref.ref(cb)
+    checked = p.send("t", b"x", partition=3, callback=cb)  # (a new callback: checked by the Python send())
     fut = p.send("t", b"x", partition=3, callback=cb)
     assert p._fast is not None and p._fast.hits == 1
     assert not gc.is_tracked(fut)
     p.flush(10)
-    assert fut.get(5).offset == 1 and Callback.calls == 1
-    del cb, fut
+    assert fut.get(5).offset == 2 and Callback.calls == 2
+    del cb, fut, checked
     assert ref() is None
 
 

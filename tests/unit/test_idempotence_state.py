@@ -223,3 +223,110 @@ def test_reuse_failed_range() -> None:
     s.reuse_failed_range(batch_of(1))
     s.reuse_failed_range(batch_of(1, ("t", 9)))
     assert s.sequence_number(TP) == 3 and s.sequence_number(("t", 9)) == 0
+
+
+def test_a_partition_just_created_has_the_initial_values() -> None:
+    """(Through ``partition()``, which creates the state: the sentinels matter -- a first batch at sequence 0 is
+    the next one expected, and no offset is acknowledged.)"""
+    s = IdempotenceState()
+    s.set_producer_id_and_epoch(ProducerIdAndEpoch(7, 0))
+    s.partition(TP)
+    assert (s.last_acked_sequence(TP), s.last_acked_offset(TP)) == (-1, -1)
+    (a,) = drain(s, 1)
+    assert s.is_next_sequence(a)
+
+
+def test_a_new_batch_waits_rather_than_push_the_oldest_unacknowledged_one_out_of_the_broker_s_window() -> None:
+    s = pipelined()  # recent: [the first batch, acknowledged]
+    b = drain(s, 1, 1, 1, 1)  # recent: [first, b0..b3]; b0 is the oldest not acknowledged, at index 1
+    (b4,) = drain(s, 1)  # b0 stays in the window ([b0..b4]): it may go
+    b5 = batch_of(1)
+    assert not s.take_for_drain(b5)  # b0 would leave the window: wait
+    assert b5.base_sequence == -1 and s.sequence_number(TP) == 6
+    s.handle_completed_batches([(b[0], 1)])
+    b[0].done(1, -1, None)
+    assert s.take_for_drain(b5) and b5.base_sequence == 6
+    assert len(s.partition(TP).recent) == BROKER_DUPLICATE_WINDOW and b4 in s.partition(TP).recent
+
+
+def test_a_retry_goes_out_only_when_it_is_the_first_unacknowledged_batch() -> None:
+    s = pipelined()
+    a, b = drain(s, 1, 1)
+    assert not s.take_for_drain(b)  # (b's retry, while a is unacknowledged)
+    assert s.take_for_drain(a)
+    assert (a.base_sequence, b.base_sequence, s.sequence_number(TP)) == (1, 2, 3)
+
+
+def test_a_batch_after_a_done_but_unresolved_first_batch_may_go() -> None:
+    """The first batch of a partition goes alone while it is the oldest not done; once done (aborted before its
+    retry, say) it holds nothing back."""
+    s = IdempotenceState()
+    s.set_producer_id_and_epoch(ProducerIdAndEpoch(7, 0))
+    (a,) = drain(s, 1)
+    b = batch_of(1)
+    assert not s.take_for_drain(b)
+    a.done(-1, -1, InvalidRecordError("aborted"))
+    assert s.take_for_drain(b) and b.base_sequence == 1
+
+
+@pytest.mark.parametrize("renewed", [ProducerIdAndEpoch(8, 0), ProducerIdAndEpoch(7, 1)])
+def test_a_batch_numbered_under_another_producer_id_or_epoch_is_numbered_again(renewed: ProducerIdAndEpoch
+                                                                                ) -> None:
+    s = pipelined()
+    (a,) = drain(s, 2)
+    assert (a.producer_id, a.producer_epoch, a.base_sequence) == (7, 0, 1)
+    s.set_producer_id_and_epoch(renewed)
+    assert s.take_for_drain(a)
+    assert (a.producer_id, a.producer_epoch, a.base_sequence) == (renewed.producer_id, renewed.epoch, 0)
+
+
+def test_acknowledgements_of_batches_of_an_older_epoch_change_nothing() -> None:
+    s = pipelined()
+    (old,) = drain(s, 2)
+    s.set_producer_id_and_epoch(ProducerIdAndEpoch(7, 1))
+    (new,) = drain(s, 1)
+    s.handle_completed_batches([(old, 10), (new, 12)])  # (one response: the stale batch does not stop the rest)
+    assert (s.last_acked_sequence(TP), s.last_acked_offset(TP)) == (0, 12)
+    assert not s.has_in_flight(TP)
+    stray = batch_of(1, ("t", 9))  # a partition never drained: nothing to update
+    stray.set_producer_state(7, 1, 0, False)
+    s.handle_completed_batches([(stray, 3)])
+    assert s.last_acked_sequence(("t", 9)) == -1
+
+
+def test_an_acknowledgement_out_of_order_removes_only_its_own_batch() -> None:
+    s = pipelined()
+    a, b = drain(s, 1, 1)
+    s.handle_completed_batches([(b, 2)])
+    assert s.partition(TP).in_flight == [a]
+    assert (s.last_acked_sequence(TP), s.last_acked_offset(TP)) == (2, 2)
+    s.handle_completed_batches([(a, 1)])
+    assert not s.has_in_flight(TP)
+    assert (s.last_acked_sequence(TP), s.last_acked_offset(TP)) == (2, 2)  # not back
+
+
+def test_the_last_acknowledged_offset() -> None:
+    s = IdempotenceState()
+    s.set_producer_id_and_epoch(ProducerIdAndEpoch(7, 0))
+    (a,) = drain(s, 3)
+    s.handle_completed_batches([(a, -1)])  # no offset (acks=0): unknown, not moved
+    assert s.last_acked_offset(TP) == -1 and s.last_acked_sequence(TP) == 2
+    (b,) = drain(s, 1)
+    s.handle_completed_batches([(b, 0)])  # offset 0 counts
+    assert s.last_acked_offset(TP) == 0
+    (c,) = drain(s, 4)
+    s.handle_completed_batches([(c, 1)])
+    assert s.last_acked_offset(TP) == 4  # the batch's last record
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_record_errors_move_the_queued_retries_after_the_batch_down_and_keep_them_transactional(
+        transactional: bool) -> None:
+    s = pipelined()
+    original, later = drain(s, 4, 2, transactional=transactional)
+    kept = batch_of(3)
+    retry = batch_of(1)  # a retry waiting in the accumulator, numbered after ``later``
+    retry.set_producer_state(7, 0, 7, transactional)
+    s.replace_after_record_errors(original, kept, 1, [kept, retry])
+    assert (later.base_sequence, retry.base_sequence, kept.base_sequence) == (4, 6, 1)
+    assert later.is_transactional is transactional and retry.is_transactional is transactional

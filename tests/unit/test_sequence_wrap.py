@@ -253,7 +253,8 @@ def test_retries_across_the_wrap_go_out_in_sequence_order() -> None:
 
 @pytest.fixture
 def cluster() -> Iterator[MockCluster]:
-    with MockCluster(1) as c:
+    # transaction.version 1: a transaction's sequences go on from the last one (v2 starts each at 0, a new epoch)
+    with MockCluster(1, transaction_version=1) as c:
         c.create_topic("w", 1)
         yield c
 

@@ -147,8 +147,9 @@ class RecordAccumulator:
     #
     # One append path: _append() puts records into the partition's open batch (the builder's try_append /
     # extend decide whether a record fits: the one place that decides a batch is full), and opens a new batch
-    # (_open_batch, reserving its memory; _new_batch is the one place batches are made) when there is none or
-    # it is full, until every record is in. append() (one record, from send()) starts with the first step of
+    # (_reserve takes its memory outside the lock; _new_batch, the one place batches are made, makes it under the
+    # lock and the loop fills it there, so no empty batch is ever queued) when there is none or it is full, until
+    # every record is in. append() (one record, from send()) starts with the first step of
     # that loop inlined: the per-record hot path.
 
     def append(self, topic: str, partition: int, timestamp: int, key: Optional[bytes], value: Optional[bytes],
@@ -223,60 +224,66 @@ class RecordAccumulator:
         indices = rows.indices
         new = False
         fut: Optional[FutureRecordMetadata] = None
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-                dq = self._batches.get(tp)
-                last = dq[-1] if dq else None
-                if last is not None and not last.closed:
-                    start = pos
-                    first_delta = last.builder.record_count
-                    pos = rows.extend(last.builder, pos)
-                    while pos < total and last.sizing is not None and last.grow():
-                        # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
-                        pos = rows.extend(last.builder, pos)
-                    if pos > start:
-                        last.last_append_ms = now_ms
-                        segments.append((last, first_delta, pos - start, indices[start:pos]))
-                        if want_future:
-                            key, value, _ = rows.row(indices[0])
-                            fut = FutureRecordMetadata(last, first_delta, rows.timestamp, -1 if key is None else len(key),
-                                                       -1 if value is None else len(value))
-                            if callback is not None:
-                                last.thunks.append((callback, fut))  # type: ignore[union-attr]
-                    if pos >= total:
-                        return new, len(dq) > 1 or last.is_full(), fut  # type: ignore[arg-type]
-                    last.close_for_appends()
-                self._appends_in_progress += 1
-            try:
-                if self._open_batch(tp, *rows.row(indices[pos]), max_block_ms, now_ms):
-                    new = True
-            finally:
+        # memory reserved (outside the lock: it may block) for a batch that is made and filled under the lock, so
+        # that the sender never sees a new batch before its first records are in (Java's appendNewBatch)
+        reservation: Optional[Tuple[int, Optional[bytearray]]] = None
+        try:
+            while True:
                 with self._lock:
-                    self._appends_in_progress -= 1
+                    if self._closed:
+                        raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
+                    dq = self._batches.get(tp)
+                    if dq is None:
+                        dq = self._batches[tp] = deque()
+                    last = dq[-1] if dq else None
+                    if reservation is not None:
+                        if last is None or last.closed:
+                            last = self._new_batch(tp, now_ms, *reservation)
+                            reservation = None
+                            dq.append(last)
+                            with self._incomplete_lock:
+                                self._incomplete.add(last)
+                            new = True
+                        # else another thread opened a batch meanwhile: that one is used, the memory given back below
+                    if last is not None and not last.closed:
+                        start = pos
+                        first_delta = last.builder.record_count
+                        pos = rows.extend(last.builder, pos)
+                        while pos < total and last.sizing is not None and last.grow():
+                            # a compressed batch reached its first capacity: it may hold more (compression_ratio.py)
+                            pos = rows.extend(last.builder, pos)
+                        if pos > start:
+                            last.last_append_ms = now_ms
+                            segments.append((last, first_delta, pos - start, indices[start:pos]))
+                            if want_future:
+                                key, value, _ = rows.row(indices[0])
+                                fut = FutureRecordMetadata(last, first_delta, rows.timestamp,
+                                                           -1 if key is None else len(key),
+                                                           -1 if value is None else len(value))
+                                if callback is not None:
+                                    last.thunks.append((callback, fut))  # type: ignore[union-attr]
+                        if pos >= total:
+                            return new, len(dq) > 1 or last.is_full(), fut
+                        last.close_for_appends()
+                    self._appends_in_progress += 1
+                try:
+                    if reservation is not None:
+                        self.free.deallocate(*reservation)
+                        reservation = None
+                    reservation = self._reserve(*rows.row(indices[pos]), max_block_ms)
+                finally:
+                    with self._lock:
+                        self._appends_in_progress -= 1
+        finally:
+            if reservation is not None:
+                self.free.deallocate(*reservation)
 
-    def _open_batch(self, tp: TopicPartition, key: Optional[bytes], value: Optional[bytes],
-                    headers: Optional[Sequence[Header]], max_block_ms: float, now_ms: float) -> bool:
-        """Reserve memory for a new batch big enough for this record (may block up to ``max_block_ms``) and
-        queue the batch; False when another thread opened one meanwhile (that one is used instead)."""
+    def _reserve(self, key: Optional[bytes], value: Optional[bytes], headers: Optional[Sequence[Header]],
+                 max_block_ms: float) -> Tuple[int, Optional[bytearray]]:
+        """Reserve memory for a new batch big enough for this record (may block up to ``max_block_ms``); the
+        caller makes the batch under the lock (_new_batch) or gives the memory back."""
         size = max(self.batch_size, RecordBatchBuilder.estimate_record_size(key, value, headers))
-        reserved, buf = self.free.allocate_buffer(size, max_block_ms)
-        with self._lock:
-            if self._closed:
-                self.free.deallocate(reserved, buf)
-                raise ProducerClosedError("send() called after close(): the producer no longer accepts records")
-            dq = self._batches.get(tp)
-            if dq is None:
-                dq = self._batches[tp] = deque()
-            elif dq and not dq[-1].closed:
-                self.free.deallocate(reserved, buf)
-                return False
-            batch = self._new_batch(tp, now_ms, reserved, buf)
-            dq.append(batch)
-            with self._incomplete_lock:
-                self._incomplete.add(batch)
-            return True
+        return self.free.allocate_buffer(size, max_block_ms)
 
     def _new_batch(self, tp: TopicPartition, now_ms: float, reserved: int,
                    buf: Optional[bytearray] = None) -> ProducerBatch:

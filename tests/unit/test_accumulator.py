@@ -631,3 +631,70 @@ def test_split_and_reenqueue_moves_records_and_futures() -> None:
         p.done(100, -1, None)
     offsets = [f.get(0).offset for f in futs]
     assert sorted(offsets) == offsets and all(o >= 100 for o in offsets)
+
+
+class _CheckingLock:
+    """The accumulator's lock, checking at every release that no queued batch is empty: what another thread
+    (the sender's ready()/drain()) can see between two critical sections of an append."""
+
+    def __init__(self, acc: RecordAccumulator) -> None:
+        self._acc = acc
+        self._inner = threading.Lock()
+        self.empty_seen: List[Tuple[str, int]] = []
+
+    def acquire(self, *args: Any) -> bool:
+        return self._inner.acquire(*args)
+
+    def release(self) -> None:
+        for tp, dq in self._acc._batches.items():
+            if any(b.record_count == 0 for b in dq):
+                self.empty_seen.append(tp)
+        self._inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+@pytest.mark.parametrize("how", ["append", "append_many"])
+def test_a_new_batch_is_never_visible_before_its_first_record(how: str) -> None:
+    # A new batch used to be queued empty (its memory reserved, the lock released) and filled in the next
+    # critical section: a sender draining in between sent a batch of no records, which the broker refuses
+    # with INVALID_RECORD ("Batch has an invalid offset range"), seen from the Spark sink under load.
+    env = Env(batch_size=200)
+    lock = _CheckingLock(env.acc)
+    env.acc._lock = lock  # type: ignore[assignment]
+    for i in range(12):
+        if how == "append":
+            env.append(value=bytes([i]) * 60)
+        else:
+            segments: List[Any] = []
+            env.acc.append_many(TP0[0], TP0[1], 1, None, [bytes([i]) * 60] * 3, None, [0, 1, 2], 0, env.now,
+                                segments)
+    assert lock.empty_seen == []
+    batches = env.queue(TP0)
+    assert len(batches) > 3 and all(b.record_count > 0 for b in batches)
+
+
+def test_memory_reserved_for_a_batch_another_thread_opened_meanwhile_is_given_back() -> None:
+    env = Env(batch_size=200, buffer_memory=2000)
+    env.append(value=b"a" * 120)
+    acc = env.acc
+    reserve = acc._reserve
+
+    def reserve_while_another_thread_opens(*args: Any) -> Any:
+        got = reserve(*args)
+        acc._reserve = reserve  # type: ignore[method-assign]  # once: the other thread reserves as usual
+        other = threading.Thread(target=lambda: env.append(TP0, value=b"b" * 120))
+        other.start()
+        other.join(10)
+        return got
+
+    acc._reserve = reserve_while_another_thread_opens  # type: ignore[method-assign]
+    env.append(value=b"c" * 120)  # does not fit: reserves, meanwhile the other thread opened a batch
+    batches = env.queue(TP0)
+    assert [b.record_count for b in batches] == [1, 1, 1]
+    # the unused fourth reservation went back to the pool
+    assert env.pool.available_memory() == 2000 - sum(b.reserved_bytes for b in batches) > 2000 - 4 * 200

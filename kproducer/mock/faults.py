@@ -6,7 +6,8 @@
   metadata and create_topics the code goes to every topic of that response). A code of 0 answers
   normally. An injected error is answered instead of processing: nothing is appended or changed.
 * ``drop_responses(api, count)``: the next ``count`` requests of that API are processed (a Produce is
-  appended) but the connection is closed instead of answering: a lost response.
+  appended) but the connection is closed instead of answering: a lost response (``pending_drops(api)``: how many
+  are still to come).
 * ``fail_after_append(codes)``: the next partition batches a Produce appends are written to the log and then
   answered with these error codes (one per appended partition batch; 0 answers normally): the broker wrote the
   batch but the client hears of an error, as with Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND or a leader that

@@ -184,6 +184,12 @@ class TransactionCoordinator:
                 # for the caller -- the new producer gets the old epoch + 2
                 self._bump_epoch(meta)
                 self._complete(meta, commit=False)
+                if producer_id >= 0 and meta.producer_id == before[0]:
+                    # the producer's own epoch bump while its transaction is open: Apache Kafka aborts it
+                    # (answering CONCURRENT_TRANSACTIONS meanwhile) and gives the producer that epoch + 1
+                    meta.state = EMPTY
+                    meta.last_producer_epoch = before[1]
+                    return NO_ERROR, meta.producer_id, meta.producer_epoch
             self._bump_epoch(meta)
             meta.state = EMPTY
             # a bump by the producer itself can be retried; a new producer's InitProducerId (or a fencing abort, or a

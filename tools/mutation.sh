@@ -13,6 +13,8 @@
 #   MUTATION_CHILDREN mutmut's --max-children (default 1: the machine has 2 cores, others run tests too)
 #   MUTATION_PYTEST_ARGS  more pytest arguments, e.g. "--deselect tests/unit/test_x.py::test_y" for a test
 #                     that fails in the tree as it is (mutmut needs every selected test to pass unmutated)
+#   MUTATION_MUTANTS  only these mutants (names as the table below prints them, or globs such as
+#                     'kproducer.producer.batch.*grow*'): to check that a new test kills the survivors
 #   MUTATION_DIR      the copy's directory (default: a new one under $TMPDIR); kept after the run, for
 #                     `cd $MUTATION_DIR && mutmut show <mutant>` / `mutmut results`
 set -euo pipefail
@@ -52,11 +54,13 @@ tar -C "$root" --exclude=__pycache__ --exclude='*.pyc' -cf - kproducer tests set
 cd "$work"
 echo "== mutmut run (${only[*]}; $children worker(s), at most $minutes min)"
 set +e
+set -f  # (MUTATION_MUTANTS: names or globs for mutmut, split on spaces, not expanded by the shell)
+# shellcheck disable=SC2086
 timeout --signal=INT --kill-after=60 "$((minutes * 60))" "$python" -m mutmut run --max-children "$children" \
-    > "$work/mutmut-run.log" 2>&1
+    ${MUTATION_MUTANTS:-} > "$work/mutmut-run.log" 2>&1
 rc=$?
-set -e
-[ $rc -eq 0 ] || echo "mutmut stopped with status $rc (124/130: the time bound) -- see $work/mutmut-run.log" >&2
+set -e +f
+[ $rc -eq 0 ] || echo "mutmut stopped with status $rc (124, 130 or 137: the time bound) -- see $work/mutmut-run.log" >&2
 "$python" -m mutmut results --all true > "$work/results.txt" 2>/dev/null || true
 "$python" - "$work/results.txt" <<'PY'
 import collections

@@ -764,10 +764,12 @@ class TransactionManager:
     def init_transactions(self) -> TransactionalRequestResult:
         self._require_transactional()
         with self._lock:
-            self._check_not_fatal()
+            # (the fatal check comes after the cached result, as in Java: a retry of a timed-out call collects its
+            # outcome, even a fatal one, and so ends the pending call)
             return self._cached("init_transactions", State.INITIALIZING, self._start_init)
 
     def _start_init(self) -> TransactionalRequestResult:
+        self._check_not_fatal()
         if self._state != State.UNINITIALIZED:
             raise TransactionError(f"init_transactions() was already called (state {self._state})")
         self._transition(State.INITIALIZING)
@@ -828,10 +830,10 @@ class TransactionManager:
     def begin_commit(self) -> TransactionalRequestResult:
         self._require_transactional()
         with self._lock:
-            self._check_not_fatal()
             return self._cached("commit_transaction", State.COMMITTING_TRANSACTION, self._start_commit)
 
     def _start_commit(self) -> TransactionalRequestResult:
+        self._check_not_fatal()
         if self._state == State.ABORTABLE_ERROR:
             raise TransactionError(
                 f"cannot commit: the transaction must be aborted (abort_transaction()) after: {self._last_error}"
@@ -845,7 +847,6 @@ class TransactionManager:
         """Abort the open transaction; the caller fails the records still queued (TransactionAbortedError)."""
         self._require_transactional()
         with self._lock:
-            self._check_not_fatal()
             return self._cached("abort_transaction", State.ABORTING_TRANSACTION, self._start_abort)
 
     def abort_at_close(self) -> Optional[TransactionalRequestResult]:
@@ -859,6 +860,7 @@ class TransactionManager:
             return self._cached("abort_transaction", State.ABORTING_TRANSACTION, self._start_abort)
 
     def _start_abort(self) -> TransactionalRequestResult:
+        self._check_not_fatal()
         if self._state == State.COMMITTING_TRANSACTION:
             raise IllegalStateError("abort_transaction() while commit_transaction() is pending: call "
                                     "commit_transaction() again to wait for its outcome")
@@ -1037,8 +1039,12 @@ class TransactionManager:
             return None
 
     def has_pending_requests(self) -> bool:
+        """Coordinator requests queued or in flight, or new partitions that next_request() will add (only in an
+        open or committing transaction: after an abortable error they are never sent, and a closing sender must
+        not wait for them)."""
         with self._lock:
-            return bool(self._queue) or self._in_flight is not None or bool(self.new_partitions)
+            return bool(self._queue) or self._in_flight is not None or (
+                bool(self.new_partitions) and self._state in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION))
 
     def has_ongoing_transaction(self) -> bool:
         """Java's ``hasOngoingTransaction``: open, being completed, or to be aborted."""

@@ -100,6 +100,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, on_term)
+        # Ctrl-C stops the cluster even when this process was started with SIGINT ignored (a shell's background
+        # job without job control, nohup): Python keeps an inherited SIG_IGN
+        signal.signal(signal.SIGINT, on_term)
     try:
         return serve(args)
     except ApacheKafkaUnavailable as e:

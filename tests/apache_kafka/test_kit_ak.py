@@ -55,8 +55,10 @@ def test_command_line_runs_a_cluster_until_interrupted(tmp_path: Any) -> None:
     from tests.conftest import require_apache_kafka
 
     require_apache_kafka()
+    # started with SIGINT ignored, as a shell's background job is (CI ran it so once and Ctrl-C did nothing)
     proc = subprocess.Popen([sys.executable, "-m", "kproducer", "apache-kafka", "--brokers", "1", "--topic", "cli:2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         assert proc.stdout is not None
         bootstrap = proc.stdout.readline().strip()

@@ -47,10 +47,14 @@ place in the log; kproducer logged no internal error (a traceback).
 
 Each program runs against ``MockCluster(transaction_version=0)`` and the default (2): the client uses transactions
 v2 where the broker offers it. Examples are derandomized (the same programs every run, no example database):
-``KPRODUCER_HYPOTHESIS_EXAMPLES`` (default 20 per cluster kind; the file takes about 30-60 s) and
+``KPRODUCER_HYPOTHESIS_EXAMPLES`` (default 30 per transaction version; the file takes 30-60 s) and
 ``KPRODUCER_HYPOTHESIS_UNITS`` (transactions and other events per program, default 8) for longer runs,
 ``KPRODUCER_HYPOTHESIS_RANDOM=1`` for new random programs. A failure prints the shrunk program and, one line per
-step, what each call did (hypothesis' notes). ``run_program(transaction_version, [Step(...), ...])`` replays one.
+step, what each call did (hypothesis' notes). ``run_program(transaction_version, [Step(...), ...])`` replays one;
+``FOUND`` holds the programs found violating, run first every time (explicit examples).
+
+``test_a_retried_epoch_bump_gets_the_bumped_epoch`` runs one scenario the programs found the mock answering unlike
+Apache Kafka (InitProducerId retried after a lost answer) as raw requests on both.
 """
 from __future__ import annotations
 
@@ -59,11 +63,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from kproducer import Producer
 from kproducer.errors import (
@@ -97,7 +102,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 
-EXAMPLES = int(os.environ.get("KPRODUCER_HYPOTHESIS_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("KPRODUCER_HYPOTHESIS_EXAMPLES", "30"))
 UNITS = int(os.environ.get("KPRODUCER_HYPOTHESIS_UNITS", "8"))  # transactions and events per program, at most
 RANDOM = os.environ.get("KPRODUCER_HYPOTHESIS_RANDOM", "") == "1"
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=not RANDOM,
@@ -108,7 +113,7 @@ TOPIC, GROUP, TXN_ID = "hyp", "hyp-group", "hyp-txn"
 #: calls without a short timeout wait max.block.ms: long, so that a busy machine does not make them time out
 CONFIG: Dict[str, Any] = {**PRODUCER_CONFIG, "max_block_ms": 30000}
 LATENCY_MS = 250  # every broker answers this late while a short-timeout call runs ...
-SHORT_S = 0.05  # ... so a call that needs an answer certainly times out
+SHORT_S = 0.05  # ... so a call that needs an answer times out (one that does not time out is checked as any other)
 WAIT_S = 30.0
 CLOSE_LIMIT_S = 40.0  # a close() that takes longer is taken as hung (close(5.0) takes 5 s at most, then forces)
 
@@ -117,6 +122,18 @@ AUTH_CODES = (TransactionalIdAuthorizationFailedError.code, ClusterAuthorization
 #: answered to a transaction's Produce / AddPartitionsToTxn, these make it abortable (the commit must fail)
 ABORTABLE = {"produce": set(FATAL_PRODUCE), "add_partitions_to_txn": {UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_ID_MAPPING}}
 TRACKED_APIS = ("produce", "add_partitions_to_txn", "init_producer_id")
+
+
+log = logging.getLogger(__name__)
+
+
+def _note(text: str) -> None:
+    """What a step did: a hypothesis note (printed with a failing program), or a debug log line outside a test
+    (``run_program`` replaying a program)."""
+    if currently_in_test_context():
+        note(text)
+    else:
+        log.debug("%s", text)
 
 
 # ------------------------------------------------------------------------------------------ faults
@@ -361,11 +378,13 @@ class TxnModel:
         return (f"[producer {self.generation}, model phase {self.phase}, pending {self.pending}, fenced "
                 f"{self.fenced}, transaction {self.txn.number if self.txn else None}]")
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         raise AssertionError(f"{message} {self._where()}")
 
-    def _inject(self, fault: Fault) -> None:
-        if not fault.api:
+    def _inject(self, fault: Fault, refused: bool = False) -> None:
+        """``refused``: the step's call is refused (the state does not allow it); an authorization error meant for
+        its InitProducerId is then left out (an epoch bump would get it: a different scenario)."""
+        if not fault.api or (refused and any(c in AUTH_CODES for c in fault.codes)):
             return
         if fault.lost:
             self.cluster.drop_responses(fault.api, 1)
@@ -416,9 +435,9 @@ class TxnModel:
         try:
             value = fn()
         except KafkaError as e:
-            note(f"  {what} raised {_name(e)}")
+            _note(f"  {what} raised {_name(e)}")
             return None, e
-        note(f"  {what} returned")
+        _note(f"  {what} returned")
         return value, None
 
     def _invoke(self, call: str, timeout: Optional[float] = None, offsets: Optional[Dict[int, int]] = None,
@@ -524,25 +543,6 @@ class TxnModel:
         self.phase = "ready"
         self.txn = None
 
-    def _check_refused(self, call: str, err: Optional[KafkaError], value: Any) -> None:
-        """``call`` is not allowed in this state: it must raise (or, for send() after fencing, fail its record
-        with ProducerFencedError as Java does) and change nothing."""
-        if self.phase == "fatal":
-            if call == "send" and err is None:
-                exc = value.exception(WAIT_S)
-                if not _fenced(exc):
-                    self._fail(f"send() after ProducerFencedError gave a record that ended with {_name(exc)}")
-                return
-            if not _fenced(err):
-                self._fail(f"{call} after ProducerFencedError raised {_name(err)}, not ProducerFencedError")
-            return
-        if err is None:
-            self._fail(f"{call} was accepted in phase {self.phase}")
-        if isinstance(err, KafkaTimeoutError):
-            self._fail(f"{call} refused with {_name(err)}: it is a state error, not a timeout")
-        if _fenced(err):
-            self._to_fatal(err, call)
-
     # -- steps -------------------------------------------------------------------------------------------
 
     def run(self, step: "Step") -> None:
@@ -563,8 +563,10 @@ class TxnModel:
             if err is not None:  # Java: an empty map sends nothing and checks nothing (but a closed producer)
                 self._fail(f"send_offsets_to_transaction({{}}) raised {_name(err)}")
         elif self.phase == "fatal":
+            self._inject(step.fault, refused=True)
             self._refused(kind)
         elif self.pending is not None:
+            self._inject(step.fault, refused=kind != self.pending)
             if kind == self.pending:
                 self.retry(step.short)
             else:
@@ -582,6 +584,7 @@ class TxnModel:
         elif kind == "abort" and self.phase in ("in_txn", "abortable"):
             self.abort_transaction(step.fault, step.short)
         else:
+            self._inject(step.fault, refused=True)
             self._refused(kind)
 
     def _timed(self, call: str, short: bool, fault: Fault = NO_FAULT) -> Optional[KafkaError]:
@@ -599,10 +602,7 @@ class TxnModel:
         self._inject(fault)
         self.init_expects_auth = any(c in AUTH_CODES for c in self.cluster.pending_errors("init_producer_id"))
         err = self._timed("init", short)
-        if short:
-            if not isinstance(err, KafkaTimeoutError):
-                self._fail(f"init_transactions({SHORT_S}) with every broker {LATENCY_MS} ms late did not time "
-                           f"out: {_name(err)}")
+        if short and isinstance(err, KafkaTimeoutError):
             self.pending = "init"
             return
         self._init_outcome(err)
@@ -631,7 +631,7 @@ class TxnModel:
                 fut = self.producer.send(TOPIC, value, key=b"k%d" % key, partition=partition,
                                          callback=self._callback(value))
             except KafkaError as e:
-                note(f"  send({value!r}) raised {_name(e)}")
+                _note(f"  send({value!r}) raised {_name(e)}")
                 self.callbacks.pop(value, None)
                 if _fenced(e):
                     self._to_fatal(e, "send()")
@@ -644,7 +644,7 @@ class TxnModel:
             txn.futures.append(fut)
             txn.touched = True
             sent.append(value)
-        note(f"  sent {sent}")
+        _note(f"  sent {sent}")
 
     def send_offsets_to_transaction(self, offsets: Dict[int, int]) -> None:
         txn = self.txn
@@ -668,9 +668,6 @@ class TxnModel:
         if short and isinstance(err, KafkaTimeoutError):
             self.pending = "commit"
             return
-        if short and txn.touched and self.phase == "in_txn" and not self.fenced and not self._abortable_answered():
-            self._fail(f"commit_transaction({SHORT_S}) of a transaction that wrote to the cluster, with every "
-                       f"broker {LATENCY_MS} ms late, did not time out: {_name(err)}")
         self._commit_outcome(err)
 
     def abort_transaction(self, fault: Fault, short: bool) -> None:
@@ -717,7 +714,7 @@ class TxnModel:
         deadline = time.monotonic() + WAIT_S
         while not result.is_done() and time.monotonic() < deadline:
             time.sleep(0.005)
-        note(f"  the timed-out call {'completed' if result.is_done() else 'still runs'} in the background")
+        _note(f"  the timed-out call {'completed' if result.is_done() else 'still runs'} in the background")
 
     def _refused(self, call: str) -> None:
         """A call the state does not allow: refused (Java's IllegalStateException / KafkaException), nothing
@@ -744,7 +741,7 @@ class TxnModel:
         """A second producer with the same transactional.id: it aborts what is open and fences this one. (Not
         while a call is pending, nor before an authorization error meant for this producer's init.)"""
         if self.pending is not None or any(c in AUTH_CODES for c in self.cluster.pending_errors("init_producer_id")):
-            note("  (no fencing now)")
+            _note("  (no fencing now)")
             return
         fencer = Producer(bootstrap_servers=self.cluster.bootstrap_servers, transactional_id=TXN_ID,
                           client_id="fencer", **CONFIG)
@@ -752,7 +749,7 @@ class TxnModel:
             fencer.init_transactions(WAIT_S)
         finally:
             fencer.close(10)
-        note("  a second producer called init_transactions()")
+        _note("  a second producer called init_transactions()")
         if self.phase != "uninit":
             self.fenced = True
 
@@ -787,7 +784,7 @@ class TxnModel:
             self._fail(f"close({timeout}) did not return within {CLOSE_LIMIT_S} s")
         if outcome:
             self._fail(f"close({timeout}) raised {_name(outcome[0])}")
-        note(f"  close({timeout}) returned")
+        _note(f"  close({timeout}) returned")
 
     def _forget_producer(self) -> None:
         """After close(): wait until the cluster saw every connection of the closed producer end (so it has
@@ -818,7 +815,7 @@ class TxnModel:
         """The application's last steps: collect a pending call's outcome, initialise a new producer (it ends
         what the last one left open), close."""
         self._fast()
-        note("teardown:")
+        _note("teardown:")
         if self.pending is not None:
             self.retry(short=False)
         if self.phase == "uninit":
@@ -833,7 +830,7 @@ class TxnModel:
             self.txn.outcome = "aborted"
         self._forget_producer()
         if left_open:
-            note("  (the transaction the producer could not end: a new producer's init_transactions() aborts it)")
+            _note("  (the transaction the producer could not end: a new producer's init_transactions() aborts it)")
             self.producer = self._new_producer()
             self._init_outcome(self._invoke("init")[1])
             self._close(self.producer, None)
@@ -889,7 +886,7 @@ class TxnModel:
                     offset = views[p][1].get(value)
                     assert (md.partition, md.offset) == (p, offset), \
                         f"record {value!r} acknowledged at p{md.partition}@{md.offset}, the log has it at p{p}@{offset}"
-        possible: Dict[Tuple[str, int], set] = {}
+        possible: Dict[Tuple[str, int], Set[Optional[int]]] = {}
         for t in self.txns:
             for tp, offset in t.offsets.items():
                 if t.outcome == "committed":
@@ -907,9 +904,25 @@ class TxnModel:
 # ------------------------------------------------------------------------------------------ tests
 
 
+#: programs this test found violating the contract, run first every time
+FOUND = [
+    # the mock fenced the retry of an epoch bump (InitProducerId with the producer's id and epoch after the abort
+    # of a transaction with a failed record) whose answer was lost; Apache Kafka answers the bumped epoch again
+    Program([Step("init"), Step("begin"), Step("send", Fault("produce", (FATAL_PRODUCE[0],)), records=((0, 0),)),
+             Step("commit"), Step("inject", Fault("init_producer_id", (), True)), Step("abort"), Step("begin"),
+             Step("send", records=((0, 0),)), Step("commit")]),
+    # an abort that timed out and failed in the background with PRODUCER_FENCED: its retry must return that
+    # outcome (Java's cached result), after which every call raises ProducerFencedError, not PendingCallError
+    Program([Step("init"), Step("begin"), Step("send", records=((0, 0),)), Step("fence"), Step("abort", short=True),
+             Step("wait"), Step("abort"), Step("begin")]),
+]
+
+
 @pytest.mark.parametrize("transaction_version", [0, 2], ids=lambda v: f"transaction_version={v}")
 @SETTINGS
 @given(program=PROGRAMS)
+@example(program=FOUND[0])
+@example(program=FOUND[1])
 def test_random_transaction_programs(transaction_version: int, program: List[Step]) -> None:
     run_program(transaction_version, program)
 
@@ -919,9 +932,9 @@ def run_program(transaction_version: int, program: Sequence[Step]) -> None:
     model = TxnModel(transaction_version)
     try:
         for i, step in enumerate(program):
-            note(f"step {i}: {step!r} {model._where()}")
+            _note(f"step {i}: {step!r} {model._where()}")
             model.run(step)
-        note(f"end {model._where()}")
+        _note(f"end {model._where()}")
         model.end()
     finally:
         model.cleanup()

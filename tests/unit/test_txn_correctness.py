@@ -575,3 +575,49 @@ def test_the_first_failed_batch_stays_the_cause_of_the_commit_error() -> None:
     with pytest.raises(TransactionError) as raised:
         tm(h).begin_commit()
     assert raised.value.__cause__ is first.exception(0)
+
+
+# --------------------------------------------------------------------------------------------
+# found by the hypothesis property test (tests/integration/test_transactions_hypothesis_mock.py)
+
+
+def _manager_in_transaction() -> TransactionManager:
+    from tests.unit.test_transaction_state import ready_manager
+
+    tm = ready_manager()
+    tm.begin_transaction()
+    return tm
+
+
+def test_partitions_never_added_after_an_abortable_error_do_not_keep_close_waiting() -> None:
+    # A record for a new partition while the transaction turned abortable (e.g. UNKNOWN_PRODUCER_ID on an
+    # AddPartitionsToTxn in flight): next_request() never sends that partition, so it is no pending request.
+    # Before the fix has_pending_requests() counted it and Sender.run's close loop waited for it until close's
+    # timeout, never aborting the transaction (Java's hasPendingRequests is the request queue only).
+    tm = _manager_in_transaction()
+    tm.check_can_send((TOPIC, 1))
+    assert tm.has_pending_requests()  # open transaction: an AddPartitionsToTxn is due
+    tm.maybe_transition_to_error_state(UnknownProducerIdError("from AddPartitionsToTxn"))
+    assert tm.state is State.ABORTABLE_ERROR and tm.new_partitions
+    assert tm.next_request(False) is None
+    assert not tm.has_pending_requests()
+
+
+@pytest.mark.parametrize("call", ["commit_transaction", "abort_transaction"])
+def test_a_retried_call_collects_a_fatal_outcome_and_ends_the_pending_call(call: str) -> None:
+    # fenced while a timed-out commit/abort was pending: the retry must return the cached (fatal) result, as
+    # Java's handleCachedTransactionRequestResult does before maybeFailWithError; before the fix it raised the
+    # fatal error without collecting it, the call stayed pending, and begin_transaction() said "call
+    # abort_transaction() again" for ever (PendingCallError), which can never succeed.
+    tm = _manager_in_transaction()
+    result = tm.begin_commit() if call == "commit_transaction" else tm.begin_abort()
+    with pytest.raises(KafkaTimeoutError):
+        result.wait(0)  # the application's wait timed out: the call is pending
+    tm._transition_to_fatal_error(ProducerFencedError("fenced by a newer producer"))
+    retried = tm.begin_commit() if call == "commit_transaction" else tm.begin_abort()
+    assert retried is result
+    with pytest.raises(ProducerFencedError):
+        retried.wait(0)
+    with pytest.raises(TransactionError) as later:  # the fatal error, no longer "call ... again"
+        tm.begin_transaction()
+    assert "fatal" in str(later.value) and "again" not in str(later.value)

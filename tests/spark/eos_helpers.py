@@ -77,6 +77,25 @@ def forget_commit(checkpoint: str, batch_id: int) -> None:
             os.remove(path)
 
 
+def frame_whose_task_1_fails(spark: Any, n: int, flag: str) -> Any:
+    """``n`` rows in 2 Spark partitions (``value`` = str(id)); task 1's input raises, after a 2 s pause that lets
+    task 0 finish, for as long as the file ``flag`` exists (created here): remove it to let a re-run succeed."""
+    import time
+
+    from pyspark.sql.functions import udf
+
+    with open(flag, "w") as f:
+        f.write("task 1 fails while this file exists")
+
+    def check(i: int) -> str:
+        if i == n // 2 and os.path.exists(flag):
+            time.sleep(2.0)
+            raise ValueError("the input of task 1 failed")
+        return str(i)
+
+    return spark.range(0, n, numPartitions=2).select(udf(check, "string")("id").alias("value"))
+
+
 def batch_writer(bootstrap: str, topic: str, prefix: Optional[str] = None, write_id: Optional[str] = None,
                  **options: str) -> KafkaBatchWriter:
     """A ``KafkaBatchWriter`` (exactly_once, ``kafka.linger.ms=1``) for rows of :func:`rows` (value, partition),

@@ -44,6 +44,7 @@ from tests.spark.eos_helpers import (
     batch_writer,
     batches_run,
     forget_commit,
+    frame_whose_task_1_fails,
     rows,
     sink_write,
     stream,
@@ -236,21 +237,10 @@ def test_failed_job_run_again(spark: Any, apache_kafka: Any, admin: Any, topic: 
     commit): the job fails, task 0's rows are committed (each task commits its own), nothing holds back the last
     stable offset. Run again (the flag gone) with the same kproducer.write.id, only task 1 writes; the control,
     without a write id, writes task 0's rows again."""
-    from pyspark.sql.functions import udf
-
     bootstrap = apache_kafka.bootstrap_servers
     n = 400
     flag = str(tmp_path / "fail")
-    with open(flag, "w") as f:
-        f.write("task 1 fails while this file exists")
-
-    def check(i: int) -> str:
-        if i == n // 2 and os.path.exists(flag):
-            time.sleep(2.0)
-            raise ValueError("the input of task 1 failed")
-        return str(i)
-
-    df = spark.range(0, n, numPartitions=2).select(udf(check, "string")("id").alias("value"))
+    df = frame_whose_task_1_fails(spark, n, flag)
     prefix = f"ak-rerun-{uuid.uuid4().hex[:8]}"
     options = {"kproducer.write.id": prefix} if same_write_id else {}
     with pytest.raises(Exception) as info:

@@ -36,6 +36,7 @@ from tests.spark.eos_helpers import (
     batch_writer,
     batches_run,
     forget_commit,
+    frame_whose_task_1_fails,
     sink_write,
     stream,
     values,
@@ -374,21 +375,10 @@ def test_spark_failed_job_run_again(spark: Any, cluster: MockCluster, consume: C
     """Task 1's input fails in both attempts (a UDF, while a flag file exists, after a pause that lets task 0
     finish): the job fails with task 0's rows committed. The same job run again (the flag gone) with the same
     kproducer.write.id writes task 1's rows only; the control, without a write id, writes task 0's again."""
-    from pyspark.sql.functions import udf
-
     topic = _topic(cluster, "rerun-job")
     n = 400
     flag = str(tmp_path / "fail")
-    with open(flag, "w") as f:
-        f.write("task 1 fails while this file exists")
-
-    def check(i: int) -> str:
-        if i == n // 2 and os.path.exists(flag):
-            time.sleep(2.0)
-            raise ValueError("the input of task 1 failed")
-        return str(i)
-
-    df = spark.range(0, n, numPartitions=2).select(udf(check, "string")("id").alias("value"))
+    df = frame_whose_task_1_fails(spark, n, flag)
     options = {"kproducer.write.id": f"rerun-{uuid.uuid4().hex[:8]}"} if same_write_id else {}
     with pytest.raises(Exception) as info:
         _eos_write(df, cluster, topic, **options)

@@ -80,3 +80,7 @@ _.daemon_threads
 
 # tests/apache_kafka/test_delegation_token_ak.py: a pytest fixture asked for by parameter name
 alice_may_write
+
+# tests/integration/test_transactions_hypothesis_mock.py: hypothesis's pretty printer calls _repr_pretty_ to show
+# a failing program one step per line
+_._repr_pretty_

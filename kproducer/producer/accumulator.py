@@ -430,15 +430,17 @@ class RecordAccumulator:
             self.next_batch_expiry_ms = deadline
 
     @staticmethod
-    def _insert_in_sequence_order(dq: Deque[ProducerBatch], batch: ProducerBatch) -> None:
-        # retried batches sit at the head ordered by sequence; new (unsequenced) batches follow
-        i = 0
-        for i, other in enumerate(dq):  # noqa: B007 (i is used after the loop)
+    def _sequence_position(dq: Deque[ProducerBatch], batch: ProducerBatch) -> int:
+        """Where ``batch`` goes in its queue: retried batches sit at the head ordered by sequence (across the
+        wrap at 2^31); new (unsequenced) batches follow."""
+        for i, other in enumerate(dq):
             if not other.has_sequence() or sequence_after(other.base_sequence, batch.base_sequence):
-                break
-        else:
-            i = len(dq)
-        dq.insert(i, batch)
+                return i
+        return len(dq)
+
+    @classmethod
+    def _insert_in_sequence_order(cls, dq: Deque[ProducerBatch], batch: ProducerBatch) -> None:
+        dq.insert(cls._sequence_position(dq, batch), batch)
 
     def split_and_reenqueue(self, batch: ProducerBatch, now_ms: float) -> int:
         """Split a batch the broker found too large into batches of half its size, put them back at the
@@ -481,12 +483,7 @@ class RecordAccumulator:
             if batch.has_sequence() and self.txn is not None:
                 # the parts take the big batch's place in sequence order (they get its sequences next): with
                 # several batches in flight, a later batch may have been split and queued first
-                i = 0
-                for i, other in enumerate(dq):  # noqa: B007 (i is read after the loop)
-                    if not other.has_sequence() or sequence_after(other.base_sequence, batch.base_sequence):
-                        break
-                else:
-                    i = len(dq)
+                i = self._sequence_position(dq, batch)
                 for j, part in enumerate(parts):
                     dq.insert(i + j, part)
             else:

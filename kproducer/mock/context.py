@@ -26,7 +26,13 @@ from .purgatory import Purgatory
 from .quotas import ProduceQuotas
 from .request_channel import Request, RequestChannel, Response
 from .results import CLOSE_CONNECTION, NO_RESPONSE, Body, Result
-from .state import MAX_MESSAGE_BYTES, ClusterState, PartitionState
+from .state import (
+    MAX_MESSAGE_BYTES,
+    TIMESTAMP_AFTER_MAX_MS,
+    TIMESTAMP_AFTER_MAX_MS_DEFAULT,
+    ClusterState,
+    PartitionState,
+)
 from .txn import TransactionCoordinator
 
 log = logging.getLogger(__name__)
@@ -155,6 +161,13 @@ class BrokerContext:
         t = self.state.topic(topic)
         value = t.configs.get(MAX_MESSAGE_BYTES) if t is not None else None
         return (int(value), True) if value else (self.config.max_message_bytes, False)
+
+    def timestamp_after_max_ms(self, topic: str) -> int:
+        """How far ahead of the broker's clock a record's CreateTime may be: the topic's
+        ``message.timestamp.after.max.ms``, else Kafka 4.x's default of one hour."""
+        t = self.state.topic(topic)
+        value = t.configs.get(TIMESTAMP_AFTER_MAX_MS) if t is not None else None
+        return int(value) if value else TIMESTAMP_AFTER_MAX_MS_DEFAULT
 
     def leader_info(self, p: Optional[PartitionState]) -> Body:
         """KIP-951's leader hint: the partition's leader and epoch (-1, -1 when unknown or not alive)."""

@@ -31,6 +31,10 @@ _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
 #: the topic config that overrides the cluster's max_message_bytes for a topic's batches (MESSAGE_TOO_LARGE)
 MAX_MESSAGE_BYTES = "max.message.bytes"
+#: how far a CreateTime record's timestamp may be ahead of the broker's clock (Kafka 4.x default: 1 hour; later
+#: records are refused with INVALID_TIMESTAMP)
+TIMESTAMP_AFTER_MAX_MS = "message.timestamp.after.max.ms"
+TIMESTAMP_AFTER_MAX_MS_DEFAULT = 3_600_000
 
 
 @dataclass
@@ -258,6 +262,10 @@ class ClusterState:
             if max_bytes is not None and not (max_bytes.isdigit() and int(max_bytes) >= 0):
                 raise TopicError(InvalidConfigError.code,
                                  f"{MAX_MESSAGE_BYTES} must be an integer of at least 0, not {max_bytes!r}")
+            after_max = (configs or {}).get(TIMESTAMP_AFTER_MAX_MS)
+            if after_max is not None and not (after_max.isdigit() and int(after_max) >= 0):
+                raise TopicError(InvalidConfigError.code,
+                                 f"{TIMESTAMP_AFTER_MAX_MS} must be an integer of at least 0, not {after_max!r}")
             if validate_only:
                 return None
             parts = []

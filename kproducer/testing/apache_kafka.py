@@ -163,9 +163,28 @@ def _version_of(libs: str) -> str:
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 (free when asked: another process may take it afterwards)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> List[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1, all bound at once while they are chosen (asked one at a
+    time, the kernel may hand out a port again once its probe socket is closed)."""
+    sockets: List[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            sockets.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _lost_port_race(message: str) -> bool:
+    """Whether a failed start lost a race for its free ports: another process bound one before the JVM did
+    (BindException), or two of the ports asked one after the other came out the same (Kafka's listener check)."""
+    return "Address already in use" in message or "must have a different port" in message
 
 
 def _quote(value: str) -> str:
@@ -403,7 +422,7 @@ class ApacheKafka:
             except ApacheKafkaError as e:
                 self.close()
                 # a free port is only free when asked: another process may bind it before the JVM does
-                if "Address already in use" not in str(e) or attempt == _START_ATTEMPTS:
+                if not _lost_port_race(str(e)) or attempt == _START_ATTEMPTS:
                     raise
                 logger.warning("another process took one of the cluster's ports while it started: starting again "
                                "on new ports")
@@ -651,10 +670,9 @@ class ApacheKafka:
     # ------------------------------------------------------------------ setup
 
     def _configure(self) -> None:
-        controller_port = free_port()
-        for b in range(1, self.broker_count + 1):
-            for listener in self.listeners:
-                self._ports[(b, listener)] = free_port()
+        wanted = [(b, listener) for b in range(1, self.broker_count + 1) for listener in self.listeners]
+        controller_port, *ports = free_ports(1 + len(wanted))
+        self._ports.update(zip(wanted, ports))
         with open(os.path.join(self.directory, "log4j2-tools.properties"), "w", encoding="ascii") as f:
             f.write(TOOLS_LOG4J2)
         with open(os.path.join(self.directory, "log4j2.properties"), "w", encoding="ascii") as f:

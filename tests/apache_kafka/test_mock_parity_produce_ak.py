@@ -300,3 +300,32 @@ def test_a_throttled_connection_is_not_read_until_the_throttle_is_over(quota_clu
     assert second["responses"][0]["partition_responses"][0]["error_code"] == 0
     log.info("%s: throttled %d ms, the first answer after %.3f s, the second after %.3f s", backend.name,
              throttle_ms, answered - started, second_at - started)
+
+
+# ------------------------------------------------------------------------------------ timestamps ahead
+
+
+@pytest.fixture(params=BACKENDS)
+def one_broker(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "mock":
+        with MockCluster(1) as mock:
+            yield Backend("mock", mock, wait=30.0)
+        return
+    yield Backend("apache_kafka", request.getfixturevalue("apache_kafka"), wait=120.0)
+
+
+@pytest.mark.parametrize("late", ["two hours ahead", "the largest timestamp"])
+def test_a_timestamp_too_far_ahead_is_refused_and_its_batch_fails(one_broker: Backend, late: str) -> None:
+    """A CreateTime more than message.timestamp.after.max.ms (Kafka 4.x: one hour) ahead of the broker's clock:
+    the broker refuses the batch with INVALID_TIMESTAMP; records sent on their own are not affected."""
+    from kproducer.protocol.errors import InvalidTimestampError
+
+    topic = new_topic(one_broker, 1)
+    with Producer({"bootstrap.servers": one_broker.bootstrap_servers, "linger.ms": 0}) as producer:
+        good = producer.send(topic, b"now", timestamp_ms=int(time.time() * 1000)).get(60)
+        stamp = int(time.time() * 1000) + 2 * 3600 * 1000 if late == "two hours ahead" else 2**63 - 1
+        with pytest.raises(InvalidTimestampError):
+            producer.send(topic, b"later", timestamp_ms=stamp).get(60)
+        after = producer.send(topic, b"after").get(60)
+    assert good.offset == 0 and after.offset == 1
+    assert [r.value for r in consume(one_broker.bootstrap_servers, topic, [0], 2)] == [b"now", b"after"]

@@ -128,6 +128,37 @@ def test_start_tries_new_ports_when_a_port_was_taken_and_only_then(monkeypatch: 
     assert len(ports_seen) == 1
 
 
+def test_start_tries_new_ports_when_two_listeners_got_the_same_port(monkeypatch: Any, tmp_path: Any) -> None:
+    """Kafka refuses a node whose listeners share a port ("Each listener must have a different port"): a port
+    race like a taken port, so the start begins again on new ports."""
+    from kproducer.testing import ApacheKafkaError
+
+    monkeypatch.setattr(ak, "java_binary", lambda: "java")
+    monkeypatch.setattr(ak, "kafka_libs", lambda version=None: str(tmp_path))
+    monkeypatch.setattr(ApacheKafka, "_format", lambda self: None)
+    monkeypatch.setattr(ApacheKafka, "_launch", lambda self, node: None)
+    failures = ["java.lang.IllegalArgumentException: requirement failed: Each listener must have a different "
+                "port, listeners: PLAINTEXT://127.0.0.1:40001,SSL://127.0.0.1:40001"]
+    attempts = []
+
+    def wait(self: ApacheKafka, ids: Any, timeout: float) -> None:
+        attempts.append(dict(self._ports))
+        if failures:
+            raise ApacheKafkaError(f"node 1 exited with 1\n{failures.pop(0)}")
+
+    monkeypatch.setattr(ApacheKafka, "wait_for_brokers", wait)
+    kafka = ApacheKafka(brokers=1, listeners=["PLAINTEXT", "SSL"]).start()
+    kafka.close()
+    assert len(attempts) == 2
+
+
+def test_free_ports_are_distinct() -> None:
+    """The cluster's ports are chosen while all of them are bound, so no two of them are the same port."""
+    for _ in range(20):
+        ports = ak.free_ports(12)
+        assert len(set(ports)) == 12 and all(0 < p < 65536 for p in ports)
+
+
 def test_cluster_id_never_starts_with_a_dash(monkeypatch: Any) -> None:
     """kafka-storage read an id starting with '-' (1 in 64) as an option and the start failed."""
     import uuid

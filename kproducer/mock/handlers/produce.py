@@ -21,6 +21,7 @@ from ...protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidRequiredAcksError,
+    InvalidTimestampError,
     InvalidTxnStateError,
     MessageTooLargeError,
     NotEnoughReplicasError,
@@ -175,6 +176,9 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
                                       transactional_id)
         if refusal is not None:
             return refusal
+    late = _late_timestamps(ctx, topic, index, data, header.max_timestamp)
+    if late is not None:
+        return late
     with plog.lock:
         if pid >= 0:
             # (Kafka checks it where its verification started, i.e. unless the producer has data of this
@@ -200,6 +204,26 @@ def _produce_partition(ctx: BrokerContext, topic: str, index: int, data: Optiona
     if after:  # fault injection: written, but the client is told it failed
         return _result(index, after, message="injected error after the batch was appended")
     return _result(index, NO_ERROR, base)
+
+
+def _late_timestamps(ctx: BrokerContext, topic: str, index: int, data: bytes, max_timestamp: int) -> Optional[Body]:
+    """INVALID_TIMESTAMP for a batch with a record stamped further ahead of the broker's clock than the topic's
+    ``message.timestamp.after.max.ms`` (as Kafka's LogValidator: the whole batch is refused, each such record
+    named in record_errors), else None."""
+    now = ctx.clock.wall_ms()
+    limit = ctx.timestamp_after_max_ms(topic)
+    if max_timestamp - now <= limit:
+        return None
+    errors: List[Body] = []
+    message = ""
+    for batch in read_batches(data, verify_crc=False):
+        for i, rec in enumerate(batch.records):
+            if rec.timestamp - now > limit:
+                text = (f"Timestamp {rec.timestamp} of record {i} is out of range: it may be at most "
+                        f"{limit} ms after the broker's time {now} (message.timestamp.after.max.ms)")
+                message = message or text
+                errors.append({"batch_index": i, "batch_index_error_message": text})
+    return _result(index, InvalidTimestampError.code, message=message, record_errors=errors) if errors else None
 
 
 def _add_to_transaction(ctx: BrokerContext, topic: str, index: int, producer_id: int, epoch: int,

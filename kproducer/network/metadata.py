@@ -152,7 +152,7 @@ class Metadata:
             now = self.clock.monotonic_ms()
             if topic not in self._topics:
                 self._new_topics.add(topic)
-                self._need_partial_update = True
+                self._request_new_topics()
             self._topics[topic] = now
 
     def topics(self) -> FrozenSet[str]:
@@ -170,8 +170,19 @@ class Metadata:
             if topic not in self._topics:
                 self._topics[topic] = self.clock.monotonic_ms()
                 self._new_topics.add(topic)
-            self._need_partial_update = True
+            if topic in self._new_topics:
+                self._request_new_topics()
+            else:
+                self._need_partial_update = True
             return self.version
+
+    def _request_new_topics(self) -> None:
+        """A refresh for the new topics, at once: the backoff since the last refresh does not apply (Java's
+        Metadata.requestUpdateForNewTopics resets lastRefreshMs). Without it the first send() to a topic right
+        after another refresh (the bootstrap one, or init_transactions()'s) waited out retry.backoff.ms.
+        (Called holding the lock.)"""
+        self._need_partial_update = True
+        self.last_refresh_ms = 0.0
 
     def update_requested(self) -> bool:
         return self._need_full_update or self._need_partial_update

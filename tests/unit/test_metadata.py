@@ -141,6 +141,22 @@ def test_updates_are_spaced_by_the_refresh_backoff() -> None:
     assert md.time_to_next_update(now + 30) == 70
 
 
+def test_a_new_topic_is_fetched_at_once_and_a_known_one_after_the_backoff() -> None:
+    """Java's requestUpdateForNewTopics: a topic new to the producer is fetched without waiting out the refresh
+    backoff after the last refresh (the first send() right after the bootstrap refresh, or after
+    init_transactions(), waited ~retry.backoff.ms); once a response covered it, asking again backs off."""
+    md, clock = new_metadata(refresh_backoff_ms=100)
+    now = clock.monotonic_ms()
+    md.update(response(), [], False, now)
+    md.add_topic("a")
+    assert md.time_to_next_update(now + 1) == 0
+    md.update(response(topics={"a": 3}), ["a"], True, now + 1)  # UNKNOWN_TOPIC_OR_PARTITION: no longer new
+    md.request_update_for_topic("a")
+    assert md.time_to_next_update(now + 2) == 99
+    md.request_update_for_topic("b")
+    assert md.time_to_next_update(now + 2) == 0
+
+
 def test_new_topics_get_a_partial_request_and_requested_ones_a_full_one() -> None:
     md, clock = new_metadata()
     now = clock.monotonic_ms()

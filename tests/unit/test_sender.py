@@ -92,16 +92,30 @@ def test_unknown_leader_triggers_a_metadata_request_for_that_topic() -> None:
     h.boot("t")
     before = len(h.selector.sent(m.METADATA))
     # appended without telling Metadata about "u": the sender's ready() finds no leader and asks for it
+    start = h.now
     fut = h.accumulator.append("u", 1, 1, None, b"v", None, None, 0, h.now).future
-    h.run()
-    assert h.metadata.update_requested()
-    # metadata refreshes are spaced by retry.backoff.ms; the sender sleeps just that long
-    assert h.selector.poll_timeouts[-1] == 100
-    h.advance(100)
+    # a topic new to the metadata is fetched at once, without waiting out retry.backoff.ms since the boot's
+    # refresh (Java: Metadata.add -> requestUpdateForNewTopics)
     h.run_until(fut.done)
+    assert h.now == start
     topics = [[t["name"] for t in r.body["topics"]] for r in h.selector.sent(m.METADATA)[before:]]
     assert topics and topics[0] == ["u"]  # a partial request for just that topic
     assert fut.get(0).partition == 1
+
+
+def test_unknown_leader_of_a_known_topic_asks_again_after_the_refresh_backoff() -> None:
+    h = Harness(topics={"t": [1, -1]})  # partition 1 has no leader
+    h.boot("t")
+    before = len(h.selector.sent(m.METADATA))
+    fut = h.send(value=b"v", partition=1)
+    h.run()
+    assert h.metadata.update_requested() and len(h.selector.sent(m.METADATA)) == before
+    # metadata refreshes are spaced by retry.backoff.ms; the sender sleeps just that long
+    assert h.selector.poll_timeouts[-1] == 100
+    h.advance(100)
+    h.run()
+    assert len(h.selector.sent(m.METADATA)) == before + 1
+    assert not fut.done()
 
 
 def test_records_wait_for_linger_then_go_out_in_one_request() -> None:

@@ -445,8 +445,7 @@ class _Task:
         opened = 0.0
         try:
             producer = Producer(dict(self.opts.settings, **{"transactional.id": txn_id}))
-            # the topics' metadata first: fetched before init_transactions() it takes a round trip, after it the
-            # transactional producer's first metadata wait took ~100 ms (retry.backoff.ms) here
+            # the topics' metadata first, so that a missing topic fails the task before it fences anyone
             for topic in self._topics(held[0]):
                 producer.partitions_for(topic)
             # fences every earlier attempt of this partition (their commit then fails) and aborts what one left open

@@ -1,5 +1,8 @@
 """The producer's settings -> what the network layer needs to secure its connections.
 
+:class:`~kproducer.config.ProducerConfig` calls :func:`check_tls_settings` and :func:`resolve_sasl_login`
+when it is made: the TLS settings are checked together, and the SASL settings (``sasl.jaas.config``, parsed by
+kproducer.jaas, or librdkafka's and kafka-python's) resolved to a :class:`~kproducer.config.SaslLogin`. Then
 :func:`channel_security` builds a :class:`~kproducer.network.channel_security.ChannelSecurity`: an
 ``ssl.SSLContext`` for SSL / SASL_SSL and a SASL client factory for SASL_PLAINTEXT / SASL_SSL. Problems
 with the files, stores and keys the settings name are :class:`~kproducer.errors.ConfigError` naming the
@@ -29,8 +32,19 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from .config import Password, ProducerConfig, SaslLogin
+from .config import (
+    JKS_HINT,
+    LOGIN_CALLBACK_HANDLERS,
+    SASL_MECHANISMS,
+    SETTINGS,
+    Password,
+    ProducerConfig,
+    SaslLogin,
+    is_tls_setting,
+    parse_sasl_extensions,
+)
 from .errors import AuthenticationError, ConfigError, SaslAuthenticationFailedError
+from .jaas import JaasLoginModule, check_jaas_options, parse_jaas_config
 from .network.channel_security import PLAINTEXT, ChannelSecurity, SaslClientFactory
 
 if TYPE_CHECKING:
@@ -100,11 +114,66 @@ def oauth_ssl_context(creds: ClientCredentials) -> Optional[ssl.SSLContext]:
     return ssl_context(tls)
 
 
+def _name(cfg: ProducerConfig, java: str) -> str:
+    """A setting as the user spelled it (for messages)."""
+    return cfg.spelled.get(java, java)
+
+
 # -- TLS ----------------------------------------------------------------------------------------------
 
 
-def _name(cfg: ProducerConfig, java: str) -> str:
-    return cfg.spelled.get(java, java)
+def check_tls_settings(cfg: ProducerConfig, given: List[str]) -> Tuple[Optional[str], Optional[str]]:
+    """Check the TLS settings (``given``: those given explicitly, Java names) together; the trust and key
+    store types they resolve to (as given, else from the file suffix: .p12/.pfx PKCS12, else PEM)."""
+    if cfg.ssl_context is not None:
+        others = [_name(cfg, n) for n in given if n != "ssl.context"]
+        if others:
+            raise ConfigError(f"{_name(cfg, 'ssl.context')} is used as it is: do not give {', '.join(others)} "
+                              "with it (configure the SSLContext instead)")
+        return cfg.ssl_truststore_type, cfg.ssl_keystore_type
+
+    def both(a: str, b: str, what: str) -> None:
+        if a in cfg.explicit and b in cfg.explicit and getattr(cfg, SETTINGS[a].alias) is not None \
+                and getattr(cfg, SETTINGS[b].alias) is not None:
+            raise ConfigError(f"{_name(cfg, a)} and {_name(cfg, b)} both give {what}: give one")
+
+    both("ssl.truststore.location", "ssl.truststore.certificates", "the trusted CA certificates")
+    both("ssl.keystore.location", "ssl.keystore.certificate.chain", "the client certificate")
+    truststore_type = _store_type(cfg, "ssl.truststore.type", cfg.ssl_truststore_location)
+    keystore_type = _store_type(cfg, "ssl.keystore.type", cfg.ssl_keystore_location)
+    if cfg.ssl_truststore_certificates is not None and truststore_type == "PKCS12":
+        raise ConfigError(f"{_name(cfg, 'ssl.truststore.certificates')} is PEM text: it needs "
+                          "ssl.truststore.type=PEM")
+    if (cfg.ssl_keystore_certificate_chain is None) != (cfg.ssl_keystore_key is None):
+        have, need = (("ssl.keystore.certificate.chain", "ssl.keystore.key")
+                      if cfg.ssl_keystore_key is None else ("ssl.keystore.key", "ssl.keystore.certificate.chain"))
+        raise ConfigError(f"{_name(cfg, have)} needs {need} (the client certificate chain and its key, as "
+                          "PEM text)")
+    if cfg.ssl_keystore_certificate_chain is not None and keystore_type == "PKCS12":
+        raise ConfigError(f"{_name(cfg, 'ssl.keystore.certificate.chain')} is PEM text: it needs "
+                          "ssl.keystore.type=PEM")
+    if cfg.ssl_key_location is not None:
+        if cfg.ssl_keystore_location is None:
+            raise ConfigError(f"{_name(cfg, 'ssl.key.location')} needs the client certificate in "
+                              "ssl.keystore.location (ssl.certificate.location, ssl_certfile)")
+        if keystore_type == "PKCS12":
+            raise ConfigError(f"{_name(cfg, 'ssl.key.location')} is for PEM files; a PKCS12 key store "
+                              "holds the key itself")
+    return truststore_type, keystore_type
+
+
+def _store_type(cfg: ProducerConfig, type_setting: str, location: Optional[str]) -> Optional[str]:
+    """A key or trust store's type: as given, else from the file suffix (.p12/.pfx: PKCS12), else PEM."""
+    given = getattr(cfg, SETTINGS[type_setting].alias)
+    location_setting = type_setting.replace(".type", ".location")
+    suffix = location.rsplit(".", 1)[-1].lower() if location and "." in location else ""
+    if suffix == "jks":
+        raise ConfigError(f"{_name(cfg, location_setting)} is a JKS file ({location}): {JKS_HINT}")
+    if given is not None:
+        return str(given)
+    if location is None:
+        return None
+    return "PKCS12" if suffix in ("p12", "pfx") else "PEM"
 
 
 def ssl_context(cfg: ProducerConfig) -> ssl.SSLContext:
@@ -341,6 +410,179 @@ def _read_pkcs12(name: str, path: str, password_name: str,
 # -- SASL ---------------------------------------------------------------------------------------------
 
 
+#: the settings of OAUTHBEARER with OAuth client credentials that ask for it when given
+_OAUTH_SETTINGS = ("sasl.login.callback.handler.class", "sasl.oauthbearer.method",
+                   "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.credentials.client.id",
+                   "sasl.oauthbearer.client.credentials.client.secret", "sasl.oauthbearer.scope")
+
+
+def resolve_sasl_login(cfg: ProducerConfig) -> SaslLogin:
+    """The mechanism and credentials SASL_PLAINTEXT / SASL_SSL authenticate with, from Java's settings
+    (sasl.jaas.config) or librdkafka's and kafka-python's (sasl.username, ...); ConfigError when they are
+    missing, contradict each other or name what kproducer cannot do."""
+    proto = cfg.security_protocol
+    jaas = parse_jaas_config(cfg.sasl_jaas_config.value) if cfg.sasl_jaas_config is not None else None
+    family = jaas.mechanism_family if jaas is not None else None
+    if jaas is not None:
+        check_jaas_options(jaas, is_tls_setting)
+    oauth_given = sorted(n for n in _OAUTH_SETTINGS if n in cfg.explicit
+                         and getattr(cfg, SETTINGS[n].alias) not in (None, "DEFAULT"))
+    mech = cfg.sasl_mechanism
+    if mech is None:
+        if family == "SCRAM":
+            raise ConfigError("sasl.jaas.config uses ScramLoginModule: set sasl.mechanism to SCRAM-SHA-256 or "
+                              "SCRAM-SHA-512")
+        if family is not None:
+            mech = family
+        elif cfg.sasl_oauth_token_provider is not None or oauth_given:
+            mech = "OAUTHBEARER"
+        elif cfg.spelled.get("sasl.username") == "sasl_plain_username":
+            mech = "PLAIN"  # kafka-python's default sasl_mechanism
+        else:
+            raise ConfigError(
+                f"security.protocol={proto} needs sasl.mechanism: one of {', '.join(SASL_MECHANISMS)} "
+                "(Java's default, GSSAPI/Kerberos, is not supported), or a sasl.jaas.config whose login "
+                "module names it")
+    if mech == "OAUTHBEARER":
+        if family is not None and family != "OAUTHBEARER":
+            raise ConfigError(f"sasl.mechanism=OAUTHBEARER needs OAuthBearerLoginModule in sasl.jaas.config, "
+                              f"not {jaas.simple_name if jaas else family}")
+        extensions: Dict[str, str] = {}
+        if jaas is not None:
+            for key, value in jaas.options.items():
+                if key.startswith("unsecuredLoginExtension_"):
+                    extensions.update(parse_sasl_extensions("sasl.jaas.config", {key[24:]: value}) or {})
+                elif key.startswith("extension_"):  # OAuthBearerLoginCallbackHandler's extensions
+                    extensions.update(parse_sasl_extensions("sasl.jaas.config", {key[10:]: value}) or {})
+        extensions.update(cfg.sasl_oauthbearer_extensions or {})
+        oauth = _resolve_oauth(cfg, jaas)
+        if cfg.sasl_oauth_token_provider is not None:
+            if oauth is not None:
+                raise ConfigError(f"{_name(cfg, 'sasl.oauth.token.provider')} and OAuth client credentials "
+                                  f"({', '.join(_name(cfg, n) for n in oauth_given) or 'sasl.jaas.config'}) both "
+                                  "give the token: give one")
+            return SaslLogin(mech, token_provider=cfg.sasl_oauth_token_provider,
+                             extensions=extensions or None)
+        if oauth is not None:
+            return SaslLogin(mech, oauth=oauth, extensions=extensions or None)
+        subject = jaas.options.get("unsecuredLoginStringClaim_sub") if jaas is not None else None
+        if not subject:
+            raise ConfigError(
+                "sasl.mechanism=OAUTHBEARER needs a token: give sasl_oauth_token_provider (a callable returning "
+                "(token, expiry_epoch_seconds)), or for tests an unsecured token with sasl.jaas.config="
+                "'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                "unsecuredLoginStringClaim_sub=\"alice\";'")
+        assert jaas is not None
+        lifetime_text = jaas.options.get("unsecuredLoginLifetimeSeconds", "3600")
+        try:
+            lifetime = float(lifetime_text)
+        except ValueError:
+            raise ConfigError("sasl.jaas.config: unsecuredLoginLifetimeSeconds must be a number of seconds") \
+                from None
+        return SaslLogin(mech, unsecured_subject=subject, unsecured_lifetime_s=lifetime,
+                         extensions=extensions or None)
+    # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512: a user name and a password
+    if family == "OAUTHBEARER":
+        raise ConfigError(f"sasl.mechanism={mech} needs PlainLoginModule or ScramLoginModule in "
+                          "sasl.jaas.config, not OAuthBearerLoginModule")
+    if oauth_given:
+        raise ConfigError(f"{', '.join(_name(cfg, n) for n in oauth_given)}: OAuth settings need "
+                          f"sasl.mechanism=OAUTHBEARER, not {mech}")
+    scram_extensions: Optional[Dict[str, str]] = None
+    if jaas is not None and "tokenauth" in jaas.options:
+        # delegation tokens (KIP-48): ScramLoginModule's tokenauth="true" sends the SCRAM extension
+        # tokenauth=true, and the broker checks the token id (username) and HMAC (password) against its tokens
+        flag = jaas.options["tokenauth"].strip().lower()
+        if flag not in ("true", "false"):
+            raise ConfigError("sasl.jaas.config: ScramLoginModule's tokenauth must be \"true\" or \"false\"")
+        if flag == "true":
+            if family != "SCRAM" or not mech.startswith("SCRAM-"):
+                raise ConfigError("sasl.jaas.config: tokenauth=\"true\" (delegation tokens) needs "
+                                  "ScramLoginModule and sasl.mechanism SCRAM-SHA-256 or SCRAM-SHA-512")
+            scram_extensions = {"tokenauth": "true"}
+    from_jaas: Optional[Tuple[str, str]] = None
+    if jaas is not None:
+        missing = [k for k in ("username", "password") if k not in jaas.options]
+        if missing:
+            raise ConfigError(f"sasl.jaas.config: {jaas.simple_name} has no {' and no '.join(missing)} option")
+        from_jaas = (jaas.options["username"], jaas.options["password"])
+    from_settings: Optional[Tuple[str, str]] = None
+    if cfg.sasl_username is not None or cfg.sasl_password is not None:
+        if cfg.sasl_username is None or cfg.sasl_password is None:
+            have, need = (("sasl.username", "sasl.password") if cfg.sasl_password is None
+                          else ("sasl.password", "sasl.username"))
+            raise ConfigError(f"{_name(cfg, have)} needs {need}")
+        from_settings = (cfg.sasl_username, cfg.sasl_password.value)
+    if from_jaas is not None and from_settings is not None and from_jaas != from_settings:
+        raise ConfigError(f"sasl.jaas.config and {_name(cfg, 'sasl.username')}/{_name(cfg, 'sasl.password')} "
+                          "give different credentials: give them once")
+    creds = from_jaas or from_settings
+    if creds is None:
+        raise ConfigError(f"SASL mechanism {mech} needs credentials: set sasl.jaas.config or "
+                          "sasl.username/sasl.password")
+    return SaslLogin(mech, username=creds[0], password=Password(creds[1]), extensions=scram_extensions)
+
+
+def _resolve_oauth(cfg: ProducerConfig, jaas: Optional[JaasLoginModule]) -> Optional[ClientCredentials]:
+    """OAuth client credentials (kproducer.oauth), from Java's or librdkafka's settings; None when not asked
+    for. Java's settings win over the JAAS options clientId/clientSecret/scope (as Java 4.x, which warns)."""
+    options = jaas.options if jaas is not None else {}
+    handler = cfg.sasl_login_callback_handler_class
+    method = cfg.sasl_oauthbearer_method
+    url = cfg.sasl_oauthbearer_token_endpoint_url
+    wanted = (url is not None or method == "OIDC" or LOGIN_CALLBACK_HANDLERS.get(handler or "") == "oauth"
+              or "clientId" in options or "clientSecret" in options)
+    if not wanted:
+        return None
+    if method == "DEFAULT" and url is not None:
+        raise ConfigError(f"{_name(cfg, 'sasl.oauthbearer.method')}=default does not use "
+                          f"{_name(cfg, 'sasl.oauthbearer.token.endpoint.url')}: set it to oidc")
+    if handler is not None and LOGIN_CALLBACK_HANDLERS[handler] == "unsecured":
+        raise ConfigError(f"{_name(cfg, 'sasl.login.callback.handler.class')}={handler.rsplit('.', 1)[-1]} "
+                          "makes unsecured test tokens; OAuth client credentials need "
+                          "OAuthBearerLoginCallbackHandler")
+    if url is None:
+        raise ConfigError("OAuth client credentials need the token endpoint: set "
+                          "sasl.oauthbearer.token.endpoint.url")
+
+    def pick(setting: str, option: str) -> Optional[str]:
+        value = getattr(cfg, SETTINGS[setting].alias)
+        if value is not None:
+            if option in options:
+                log.warning("both %s and the JAAS option %s are given: using %s (as Java does)",
+                            _name(cfg, setting), option, _name(cfg, setting))
+            return str(value.value if isinstance(value, Password) else value)
+        return options.get(option)
+
+    client_id = pick("sasl.oauthbearer.client.credentials.client.id", "clientId")
+    secret = pick("sasl.oauthbearer.client.credentials.client.secret", "clientSecret")
+    missing = [what for what, v in (("client id", client_id), ("client secret", secret)) if not v]
+    if missing:
+        raise ConfigError(f"OAuth client credentials need the {' and the '.join(missing)}: set "
+                          "sasl.oauthbearer.client.credentials.client.id/.client.secret (librdkafka: "
+                          "sasl.oauthbearer.client.id/.client.secret), or the JAAS options clientId/clientSecret "
+                          "of OAuthBearerLoginModule")
+    assert client_id is not None and secret is not None
+    ssl_settings: Dict[str, Any] = {k: v for k, v in options.items() if k.startswith("ssl.")}
+    if cfg.https_ca_location is not None:
+        ssl_settings["ssl.truststore.location"] = cfg.https_ca_location
+    if cfg.https_ca_pem is not None:
+        ssl_settings["ssl.truststore.certificates"] = cfg.https_ca_pem
+    from .oauth import ClientCredentials
+
+    return ClientCredentials(
+        url, client_id, secret, scope=pick("sasl.oauthbearer.scope", "scope"),
+        sub_claim_name=cfg.sasl_oauthbearer_sub_claim_name,
+        scope_claim_name=cfg.sasl_oauthbearer_scope_claim_name,
+        urlencode_header=cfg.sasl_oauthbearer_header_urlencode,
+        connect_timeout_ms=cfg.sasl_login_connect_timeout_ms, read_timeout_ms=cfg.sasl_login_read_timeout_ms,
+        retry_backoff_ms=cfg.sasl_login_retry_backoff_ms, retry_backoff_max_ms=cfg.sasl_login_retry_backoff_max_ms,
+        refresh_window_factor=cfg.sasl_login_refresh_window_factor,
+        refresh_window_jitter=cfg.sasl_login_refresh_window_jitter,
+        refresh_min_period_s=cfg.sasl_login_refresh_min_period_seconds,
+        refresh_buffer_s=cfg.sasl_login_refresh_buffer_seconds, ssl_settings=ssl_settings)
+
+
 def sasl_client_factory(login: SaslLogin, oauth: Optional[ClientCredentialsLogin] = None) -> SaslClientFactory:
     """A factory of fresh SASL clients, called at every authentication (and KIP-368 re-authentication).
     ``oauth`` is the started login of OAuth client credentials (:func:`oauth_login`)."""
@@ -421,5 +663,5 @@ def call_token_provider(provider: Any, extensions: Optional[Dict[str, str]] = No
     return result, merged or None
 
 
-__all__ = ["call_token_provider", "channel_security", "oauth_login", "oauth_ssl_context", "sasl_client_factory",
-           "ssl_context"]
+__all__ = ["call_token_provider", "channel_security", "check_tls_settings", "oauth_login",
+           "oauth_ssl_context", "resolve_sasl_login", "sasl_client_factory", "ssl_context"]

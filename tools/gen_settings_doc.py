@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write docs/settings.md, the reference of every producer setting, from kproducer/config.py.
 
-kproducer/config.py is the source: each ``_Setting`` (Java name, default, kind, range or choices,
-description) becomes a row, and the other spellings config.py accepts (kafka-python's and librdkafka's
+kproducer/config.py is the source: each ``Setting`` (Java name, default, kind of values with its range or
+choices, description) becomes a row, and the other spellings config.py accepts (kafka-python's and librdkafka's
 names, ``partitioner.class``) a table of their own. Nothing in docs/settings.md is written by hand.
 
 Usage::
@@ -27,38 +27,6 @@ COMMAND = "python tools/gen_settings_doc.py"
 
 _INT_MAX = 2147483647
 _LONG_MAX = (1 << 63) - 1
-
-#: how each kind of setting is described (kinds not listed here are shown by their name)
-_KINDS: Dict[str, str] = {
-    "int": "int",
-    "long": "long",
-    "optint": "int or unset",
-    "bool": "bool",
-    "str": "string",
-    "optstr": "string or unset",
-    "callable": "callable",
-    "servers": "list of host:port",
-    "acks": "0, 1, all (-1)",
-    "compression": "none, gzip, snappy, lz4, zstd",
-    "txnid": "non-empty string or unset",
-    "dnslookup": "use_all_dns_ips, resolve_canonical_bootstrap_servers_only",
-    "recovery": "none, rebootstrap",
-    "secret": "password (shown as [hidden])",
-    "storetype": "PEM, PKCS12",
-    "protocols": "list of TLSv1, TLSv1.1, TLSv1.2, TLSv1.3",
-    "tlsprotocol": "TLS, TLSv1, TLSv1.1, TLSv1.2, TLSv1.3",
-    "endpoint": "https or empty",
-    "sslcontext": "ssl.SSLContext",
-    "provider": "callable or object with token()",
-    "double": "number",
-    "loginhandler": "OAuthBearerLoginCallbackHandler (Java class name)",
-    "mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
-    "extensions": "'key=value,...' or mapping",
-    "serializer": "callable, object with serialize(), 'str', 'json', 'bytes' or class name",
-    "partitioner": "callable, object with partition() or class name",
-    "interceptors": "list of interceptors or class names",
-}
-
 
 def _load_config() -> Any:
     sys.path.insert(0, str(REPO))
@@ -88,19 +56,7 @@ def _default(value: Any) -> str:
 
 
 def _kind(setting: Any) -> str:
-    kind = str(setting.kind)
-    choices: Optional[Sequence[str]] = getattr(setting, "choices", None)
-    if choices:
-        return ", ".join(choices)
-    text = _KINDS.get(kind, kind)
-    lo, hi = getattr(setting, "lo", None), getattr(setting, "hi", None)
-    if lo is not None and hi is not None:
-        text += f", {lo}..{hi}"
-    elif lo is not None:
-        text += f", >= {lo}"
-    elif hi is not None:
-        text += f", <= {hi}"
-    return text
+    return str(setting.kind.values)
 
 
 def _section(java: str) -> str:

@@ -1,11 +1,13 @@
 """ProducerConfig: Java's defaults, both naming styles, validation, and the settings that constrain others."""
 from __future__ import annotations
 
-from typing import Any
+import ssl
+import typing
+from typing import Any, Dict, Union
 
 import pytest
 
-from kproducer.config import SETTINGS, ProducerConfig, canonical_name, parse_servers
+from kproducer.config import SETTINGS, ProducerConfig, Setting, canonical_name, parse_servers
 from kproducer.errors import ConfigError
 
 BOOT = {"bootstrap_servers": "127.0.0.1:9092"}
@@ -64,6 +66,78 @@ def test_every_setting_is_reachable_by_both_names() -> None:
         assert canonical_name(java) == java
         assert canonical_name(s.alias) == java
         assert s.alias == java.replace(".", "_")
+
+
+def _expected_annotation(setting: Setting) -> str:
+    kind_type = setting.kind.type
+    if setting.default is None and setting.required is None and kind_type != "Any":
+        return f"Optional[{kind_type}]"  # None is the default: "not set"
+    return kind_type
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is Union:
+        return any(_has_type(value, arg) for arg in typing.get_args(hint))
+    if origin is None:
+        return isinstance(value, hint)
+    if not isinstance(value, origin):
+        return False
+    args = typing.get_args(hint)
+    if origin is list:
+        return all(_has_type(item, args[0]) for item in value)
+    if origin is tuple and args[-1] is not Ellipsis:
+        return len(value) == len(args) and all(_has_type(item, arg) for item, arg in zip(value, args))
+    if origin is tuple:
+        return all(_has_type(item, args[0]) for item in value)
+    if origin is dict:
+        return all(_has_type(k, args[0]) and _has_type(v, args[1]) for k, v in value.items())
+    return True  # a Callable: callable is all that can be checked
+
+
+def test_every_setting_has_an_attribute_of_its_type_and_every_attribute_a_setting() -> None:
+    """ProducerConfig's annotations are written by hand: one per setting in the table, of the type its kind
+    converts to (Optional where the default is None), and none without a setting."""
+    annotations = dict(ProducerConfig.__annotations__)
+    assert annotations == {s.alias: _expected_annotation(s) for s in SETTINGS.values()}
+    # the types are real types, and the values the settings convert to have them
+    hints = typing.get_type_hints(ProducerConfig, localns={"ssl": ssl})
+    configs = [cfg(), cfg(**EVERY_SETTING_GIVEN)]
+    for c in configs:
+        for s in SETTINGS.values():
+            value = getattr(c, s.alias)
+            assert _has_type(value, hints[s.alias]), (s.java, value, hints[s.alias])
+    assert [s.java for s in SETTINGS.values() if getattr(configs[1], s.alias) is None] == []  # every type was seen
+
+
+class _Partitioner:
+    def partition(self, topic: str, key: Any, key_bytes: Any, value: Any, value_bytes: Any, cluster: Any) -> int:
+        return 0
+
+
+class _Interceptor:
+    def on_send(self, record: Any) -> Any:
+        return record
+
+
+#: a value for every setting (TLS and SASL settings are only read, not checked together, with PLAINTEXT)
+EVERY_SETTING_GIVEN: Dict[str, Any] = {
+    "compression_zstd_level": 3, "transactional_id": "t", "partitioner": _Partitioner(), "key_serializer": "str",
+    "value_serializer": "json", "interceptor_classes": [_Interceptor()], "ssl_truststore_type": "PEM",
+    "ssl_truststore_location": "ca.pem", "ssl_truststore_certificates": "pem", "ssl_truststore_password": "p",
+    "ssl_keystore_type": "PKCS12", "ssl_keystore_location": "k.p12", "ssl_keystore_certificate_chain": "pem",
+    "ssl_keystore_key": "k", "ssl_keystore_password": "p", "ssl_key_location": "k.pem", "ssl_key_password": "p",
+    "ssl_cipher_suites": "ECDHE-RSA-AES128-GCM-SHA256", "ssl_context": ssl.create_default_context(),
+    "sasl_mechanism": "PLAIN", "sasl_jaas_config": "x", "sasl_username": "u", "sasl_password": "p",
+    "sasl_oauth_token_provider": lambda: "token", "sasl_oauthbearer_extensions": "a=b",
+    "sasl_login_callback_handler_class": "OAuthBearerLoginCallbackHandler", "sasl_oauthbearer_method": "oidc",
+    "sasl_oauthbearer_token_endpoint_url": "https://127.0.0.1/token", "sasl_oauthbearer_client_id": "c",
+    "sasl_oauthbearer_client_secret": "s", "sasl_oauthbearer_scope": "s", "sasl_login_connect_timeout_ms": 1000,
+    "sasl_login_read_timeout_ms": 1000, "https_ca_location": "ca.pem", "https_ca_pem": "pem",
+    "stats_cb": lambda stats: None, "error_cb": lambda error: None,
+}
 
 
 def test_java_names_and_python_aliases_are_equivalent() -> None:
@@ -266,6 +340,7 @@ def test_reconnect_backoff_without_a_max_disables_exponential_backoff_as_java() 
     assert cfg().reconnect_backoff_max_ms == 1000
 
 
+@pytest.mark.needs("lz4")
 def test_compression_levels_as_java() -> None:
     assert cfg(compression_type="gzip").compression_level == -1
     assert cfg(compression_type="gzip", compression_gzip_level=-1).compression_level == -1

@@ -31,10 +31,10 @@ from kproducer.config import (  # noqa: E402
     ProducerConfig,
     canonical_item,
     is_secret,
-    parse_jaas_config,
     secret_settings,
 )
 from kproducer.errors import ConfigError, SaslAuthenticationFailedError  # noqa: E402
+from kproducer.jaas import parse_jaas_config  # noqa: E402
 from kproducer.network.channel_security import PLAINTEXT  # noqa: E402
 from kproducer.network.sasl_authenticator import SaslAuthenticator  # noqa: E402
 from kproducer.protocol import messages as m  # noqa: E402

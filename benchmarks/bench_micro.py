@@ -32,8 +32,8 @@ from kproducer.mock import MockCluster
 from kproducer.producer import partitioner
 from kproducer.producer.accumulator import RecordAccumulator
 from kproducer.producer.buffer_pool import BufferPool
+from kproducer.protocol import accel
 from kproducer.protocol import records as rec
-from kproducer.protocol.accel import speedups
 
 N = 1000
 TS = 1_700_000_000_000
@@ -54,8 +54,8 @@ def _per_record(benchmark: Any, n: int = N) -> None:
 
 
 def _need(impl: str) -> None:
-    if impl == "compiled" and speedups is None:
-        pytest.skip("the compiled accelerator is not built (or KPRODUCER_PURE_PYTHON is set)")
+    if impl == "compiled" and set(accel.implementations().values()) != {"compiled"}:
+        pytest.skip("the compiled accelerators are not all built (or KPRODUCER_PURE_PYTHON is set)")
 
 
 def _append_fn(builder: rec.RecordBatchBuilder, impl: str) -> Callable[..., int]:
@@ -216,7 +216,7 @@ def test_send(benchmark: Any, producer: Producer) -> None:
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_send_fast_path(benchmark: Any, producer: Producer, path: str) -> None:
     """N send() calls of the plain case (keyless, keyed, explicit partition, with a callback: a quarter each)
-    through the compiled fast path (``Producer._fast``, _speedups.FastSend) or, with it switched off on this
+    through the compiled fast path (``Producer._fast``, _send.FastSend) or, with it switched off on this
     producer, the Python send()."""
     _need(path)
     fast = producer._fast
@@ -300,7 +300,7 @@ def test_send_batch_keyed(benchmark: Any, producer: Producer) -> None:
 @pytest.mark.parametrize("path", ["compiled", "python"])
 def test_async_send(benchmark: Any, cluster: MockCluster, path: str) -> None:
     """N keyless ``await send()`` on one loop, the futures kept (the send half of benchmarks/compare.py's
-    asyncio row, in process, idle network). ``compiled``: send()'s hot path in _speedups.c (aio_stage);
+    asyncio row, in process, idle network). ``compiled``: send()'s hot path in _aio.c (aio_stage);
     ``python``: that step in Python (a coroutine per call). After the rounds, every future is awaited once (done)."""
     import asyncio
 

@@ -4,6 +4,7 @@
     python benchmarks/profile_sender.py burst --pin --trials 10 --ab /tmp/base   # against another checkout
     python benchmarks/profile_sender.py calls --pin                              # Python calls per iteration
     python benchmarks/profile_sender.py split --pin                              # CPU per part of a request
+    python benchmarks/profile_sender.py paced --pin --rate 1000 --rate 10000     # CPU per record at a steady rate
 
 Each burst sends ``-n`` keyless 100 B records (``--mode batch``: ``send_batch()`` of 10,000 at a time;
 ``--mode send``: one ``send()`` each) to a fresh 6-partition topic with compare.py's settings (acks=all,
@@ -21,6 +22,13 @@ it, the scheduler's moves hide changes of 5-10 %.
 - ``calls``: counts the Python and C calls made by ``--iterations`` sender iterations (``sys.setprofile`` on
   the network thread, after one burst to warm up), per iteration. Counting calls finds the per-batch and
   per-request Python that a sampling profiler spreads too thin to see.
+- ``paced``: sends ``--rate`` records a second of 100 B for ``--seconds`` (one ``send()`` each, paced by a loop
+  that sleeps until the next record is due), then flushes, in one fresh process per run: a do-nothing run
+  (``null``: the same loop calling a function that does nothing), kproducer (this checkout, and with ``--ab`` the
+  other), confluent-kafka (its defaults, as in the issue; ``confluent-kafka-idem`` with idempotence on), in
+  rotating order, ``--trials`` times. Prints each run's process CPU µs per record and the same net of the
+  do-nothing loop's median, and for kproducer the network thread's CPU, produce requests and the network
+  thread's voluntary context switches (its wakeups from epoll) per record; then the medians.
 - ``split``: wraps the parts of a sender iteration in ``time.thread_time()`` deltas, each part's children
   subtracted, and prints each part's CPU per produce request. The wrappers cost ~1 µs a call, which is in the
   figures.
@@ -126,6 +134,16 @@ def send_burst(p: Any, topic: str, num: int, mode: str) -> None:
     p.flush()
 
 
+def load(p: Any, topic: str, args: argparse.Namespace) -> None:
+    """calls and split: a burst, or with ``--rate`` one ``send()`` per record paced for ``--seconds``, flushed."""
+    if args.rate:
+        send = p.send
+        pace(lambda: send(topic, PAYLOAD), args.rate[0], args.seconds)
+        p.flush()
+    else:
+        send_burst(p, topic, args.num, args.mode)
+
+
 def check_acknowledged(p: Any, num: int) -> None:
     m = p.metrics()
     acked, failed = m.get("record-ack-total"), m.get("record-error-total")
@@ -192,6 +210,165 @@ def burst(args: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]:
               f"msg/s median {statistics.median(r['msgs_per_s'] for r in rs):,.0f}; CPU µs/record median "
               f"{statistics.median(cpu):.3f} min {min(cpu):.3f}; network thread median {statistics.median(net):.3f}"
               f" min {min(net):.3f}; caller median {statistics.median(c - n for c, n in zip(cpu, net)):.3f}")
+    return results
+
+
+# -- paced: a steady rate, one fresh process per run --------------------------------------------------
+
+#: the clients ``paced`` runs; "kproducer@ab" is kproducer from the --ab checkout
+PACED_CLIENTS = ["null", "kproducer", "confluent-kafka", "confluent-kafka-idem"]
+
+
+def pace(send: Callable[[], None], rate: float, seconds: float) -> int:
+    """Calls ``send`` ``rate * seconds`` times, each when it is due (sleeping until then); returns the count."""
+    total = max(1, int(rate * seconds))
+    interval = 1.0 / rate
+    clock, sleep = time.perf_counter, time.sleep
+    start = clock()
+    i = 0
+    while i < total:  # every pass either sends (i grows) or sleeps until the next record is due
+        wait = start + i * interval - clock()
+        if wait > 0:
+            sleep(wait)
+            continue
+        send()
+        i += 1
+    return total
+
+
+def _ctx_switches(tid: int) -> Tuple[int, int]:
+    """(voluntary, involuntary) context switches of thread ``tid`` of this process so far."""
+    vol = invol = 0
+    with open(f"/proc/self/task/{tid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol = int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol = int(line.split()[1])
+    return vol, invol
+
+
+def child_paced(client: str, bootstrap: str, topic: str, rate: float, seconds: float) -> Dict[str, Any]:
+    """One paced run in this (fresh) process: process CPU µs per record over the pacing and the flush."""
+    result: Dict[str, Any] = {"client": client, "pid": os.getpid()}
+    if client == "null":
+        def nothing(topic: str, value: bytes) -> None:
+            return None
+
+        c0 = time.process_time()
+        n = pace(lambda: nothing(topic, PAYLOAD), rate, seconds)
+        result["cpu_us"] = 1e6 * (time.process_time() - c0) / n
+        return result
+    if client.startswith("confluent-kafka"):
+        from confluent_kafka import Producer as CProducer
+
+        errors = [0]
+
+        def on_error(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors[0] += 1
+
+        conf: Dict[str, Any] = dict(SETTINGS, **{"bootstrap.servers": bootstrap, "delivery.report.only.error": True,
+                                                 "on_delivery": on_error})
+        if client == "confluent-kafka-idem":
+            conf["enable.idempotence"] = True
+        cp = CProducer(conf)
+        cp.list_topics(topic, timeout=10)
+        produce = cp.produce
+        c0 = time.process_time()
+        n = pace(lambda: produce(topic, PAYLOAD), rate, seconds)
+        left = cp.flush(60)
+        result["cpu_us"] = 1e6 * (time.process_time() - c0) / n
+        if left or errors[0]:
+            raise RuntimeError(f"confluent-kafka left {left} records undelivered and failed {errors[0]}")
+        return result
+    import kproducer
+    from kproducer.protocol import accel
+
+    p = new_producer(bootstrap)
+    try:
+        p.partitions_for(topic)  # metadata before the clock starts
+        tid = p._sender.native_id
+        net_clock = time.pthread_getcpuclockid(p._sender.ident)
+        send = p.send
+        v0, i0 = _ctx_switches(tid)
+        c0, n0 = time.process_time(), time.clock_gettime(net_clock)
+        n = pace(lambda: send(topic, PAYLOAD), rate, seconds)
+        p.flush()
+        c1, n1 = time.process_time(), time.clock_gettime(net_clock)
+        v1, i1 = _ctx_switches(tid)
+        check_acknowledged(p, n)
+        requests = p.metrics().get("request-total") or 0
+        result.update({"cpu_us": 1e6 * (c1 - c0) / n, "net_us": 1e6 * (n1 - n0) / n,
+                       "records_per_request": n / max(1, requests), "wakeups_per_record": (v1 - v0) / n,
+                       "involuntary_per_record": (i1 - i0) / n,
+                       "kproducer": os.path.dirname(os.path.dirname(os.path.abspath(kproducer.__file__))),
+                       "implementation": accel.IMPLEMENTATION})
+        return result
+    finally:
+        p.close()
+
+
+def run_paced_child(client: str, checkout: str, bootstrap: str, topic: str, rate: float, seconds: float,
+                    cpus: Optional[Set[int]]) -> Dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout] + [x for x in [os.environ.get("PYTHONPATH")] if x]))
+    cmd = [sys.executable, os.path.abspath(__file__), "--child-paced", client, "--bootstrap", bootstrap,
+           "--topic", topic, "--rate", str(rate), "--seconds", str(seconds)]
+    if cpus:
+        cmd += ["--cpus", ",".join(str(c) for c in sorted(cpus))]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the paced {client} run failed (exit {out.returncode}): {out.stderr[-2000:]}")
+    result: Dict[str, Any] = json.loads(lines[-1])
+    if "kproducer" in result and os.path.realpath(result["kproducer"]) != os.path.realpath(checkout):
+        raise RuntimeError(f"the run meant for {checkout} imported kproducer from {result['kproducer']}")
+    return result
+
+
+def paced(args: argparse.Namespace) -> Dict[float, Dict[str, List[Dict[str, Any]]]]:
+    """Every client at every ``--rate``, ``--trials`` times, rotating the order; the figures per record."""
+    cpus, broker_cpu = pin_plan(args.pin)
+    clients = args.clients.split(",") if args.clients else ["null", "kproducer", "confluent-kafka"]
+    for c in clients:
+        if c not in PACED_CLIENTS:
+            raise SystemExit(f"--clients: unknown client {c!r} (known: {', '.join(PACED_CLIENTS)})")
+    sides: List[Tuple[str, str, str]] = [(c, c, REPO) for c in clients]  # (label, client, checkout)
+    if args.ab:
+        sides.append(("kproducer@ab", "kproducer", os.path.abspath(args.ab)))
+    rates = args.rate or [1000.0]
+    results: Dict[float, Dict[str, List[Dict[str, Any]]]] = {r: {label: [] for label, _, _ in sides} for r in rates}
+    with Broker(args.mock, broker_cpu) as broker:
+        for trial in range(args.trials):
+            for rate in rates:
+                k = trial % len(sides)
+                for label, client, checkout in sides[k:] + sides[:k]:
+                    r = run_paced_child(client, checkout, broker.bootstrap, broker.topic(), rate, args.seconds, cpus)
+                    results[rate][label].append(r)
+                    extra = ""
+                    if "net_us" in r:
+                        extra = (f"  network thread {r['net_us']:.2f}, {r['records_per_request']:.1f} records/request,"
+                                 f" {r['wakeups_per_record']:.2f} wakeups/record [{r['implementation']}]")
+                    print(f"trial {trial + 1} {rate:>7,.0f}/s {label:20s} CPU {r['cpu_us']:7.2f} µs/record{extra}",
+                          flush=True)
+    for rate in rates:
+        null = [r["cpu_us"] for r in results[rate].get("null", [])]
+        base = statistics.median(null) if null else 0.0
+        print(f"{rate:,.0f} records/s for {args.seconds:g} s, medians of {args.trials} runs"
+              + (f", net of the do-nothing loop's {base:.2f} µs/record:" if null else " (no null run: gross):"))
+        for label, _, _ in sides:
+            rs = results[rate][label]
+            if label == "null" or not rs:
+                continue
+            cpu = [r["cpu_us"] - base for r in rs]
+            line = (f"  {label:20s} CPU {statistics.median(cpu):7.2f} µs/record net"
+                    f" (runs {min(cpu):.2f}-{max(cpu):.2f})")
+            if "net_us" in rs[0]:
+                line += (f"; network thread {statistics.median(r['net_us'] for r in rs):.2f},"
+                         f" {statistics.median(r['records_per_request'] for r in rs):.1f} records/request,"
+                         f" {statistics.median(r['wakeups_per_record'] for r in rs):.2f} network-thread wakeups"
+                         f"/record")
+            print(line)
     return results
 
 
@@ -265,7 +442,7 @@ def calls(args: argparse.Namespace) -> Dict[str, Any]:
         state["on"] = True
         deadline = time.monotonic() + 120
         while state["iterations"] < args.iterations and time.monotonic() < deadline:
-            send_burst(p, topic, args.num, args.mode)
+            load(p, topic, args)
         state["on"] = False
         sent = requests() - first
     n = max(1, state["iterations"])
@@ -333,7 +510,7 @@ def split(args: argparse.Namespace) -> Dict[str, float]:
             net_clock = time.pthread_getcpuclockid(p._sender.ident)
             n0 = time.clock_gettime(net_clock)
             for _ in range(args.bursts):
-                send_burst(p, topic, args.num, args.mode)
+                load(p, topic, args)
             net = time.clock_gettime(net_clock) - n0
             sent = requests() - first
     finally:
@@ -353,7 +530,7 @@ def split(args: argparse.Namespace) -> Dict[str, float]:
 
 def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("tool", nargs="?", choices=["burst", "calls", "split"], default="burst")
+    ap.add_argument("tool", nargs="?", choices=["burst", "calls", "split", "paced"], default="burst")
     ap.add_argument("-n", "--num", type=int, default=200_000, help="records per burst (default 200,000)")
     ap.add_argument("--mode", choices=["batch", "send"], default="batch")
     ap.add_argument("--pin", action="store_true", help="the broker on the last CPU, the client on the others")
@@ -363,24 +540,36 @@ def parse(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--iterations", type=int, default=400, help="calls: sender iterations to profile")
     ap.add_argument("--top", type=int, default=40, help="calls: how many functions to list")
     ap.add_argument("--bursts", type=int, default=3, help="split: bursts to time after the warm-up one")
+    ap.add_argument("--rate", type=float, action="append", help="paced: records a second (repeatable; 1000)")
+    ap.add_argument("--seconds", type=float, default=10.0, help="paced: seconds per run (default 10)")
+    ap.add_argument("--clients", help=f"paced: comma-separated, of {','.join(PACED_CLIENTS)} "
+                                      "(default null,kproducer,confluent-kafka)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-paced", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--cpus", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.num <= 0 or args.trials <= 0 or args.iterations <= 0 or args.bursts <= 0:
         ap.error("-n, --trials, --iterations and --bursts must be positive")
+    if any(r <= 0 for r in args.rate or []) or not 0 < args.seconds <= 600:
+        ap.error("--rate must be positive and --seconds in (0, 600]")
     return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse(argv)
-    if args.child:
+    if args.child or args.child_paced:
         if args.cpus:
             os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})  # before the producer's thread starts
-        print(json.dumps(child_burst(args.bootstrap, args.topic, args.num, args.mode)), flush=True)
+        if args.child_paced:
+            result = child_paced(args.child_paced, args.bootstrap, args.topic, (args.rate or [1000.0])[0],
+                                 args.seconds)
+        else:
+            result = child_burst(args.bootstrap, args.topic, args.num, args.mode)
+        print(json.dumps(result), flush=True)
         return 0
-    {"burst": burst, "calls": calls, "split": split}[args.tool](args)
+    {"burst": burst, "calls": calls, "split": split, "paced": paced}[args.tool](args)
     return 0
 
 

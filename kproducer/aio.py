@@ -59,13 +59,16 @@ from typing import (
 
 from .errors import BufferExhaustedError, KafkaError, ProducerClosedError
 from .network.metadata import PartitionInfo
-from .producer.admission import BOUND_EXTRA, MAX_TIMESTAMP, RECORD_OVERHEAD, key_hash_miss
+from .producer.admission import BOUND_EXTRA, RECORD_OVERHEAD, plain_record, record_size, valid_timestamp
 from .producer.batch import ProducerBatch
 from .producer.consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
-from .producer.future import BatchSendFuture, RecordMetadata, _FailedSend, on_network_thread
-from .producer.kafka_producer import _TOPIC_TOUCH_MS, HeaderInput, Producer
-from .protocol.accel import speedups
+from .producer.core import batches_of, failed_stand_in, first_error, record_position
+from .producer.future import BatchSendFuture, RecordMetadata, on_network_thread
+from .producer.kafka_producer import HeaderInput, Producer, send_core
+from .protocol.accel import MODULES, load
 from .protocol.records import RecordBatchBuilder
+
+_aio_c = load(MODULES["aio"])
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,6 @@ YIELD_EVERY = 4096
 STAGE_MAX = 1024
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
-_NEVER = 1 << 62  # (a size no record passes)
 _HOT_BOUND = RECORD_OVERHEAD + BOUND_EXTRA
 
 _tuple_new = tuple.__new__
@@ -143,7 +145,7 @@ class _Run:
 
 
 class _PyHotState:
-    """send()'s counters and memory bound for its hot path (with the accelerator: ``_speedups.AioHot``)."""
+    """send()'s counters and memory bound for its hot path (with the accelerator: ``_aio.AioHot``)."""
 
     __slots__ = ("sends", "need", "limit", "count", "max_value", "stage_max", "bound")
 
@@ -165,11 +167,11 @@ class _RecordState:
 
 
 #: the compiled AsyncProducer.send descriptor (see _compiled_send), when built
-_SendMethod: Any = getattr(speedups, "AioSendMethod", None) if speedups is not None else None
+_SendMethod: Any = getattr(_aio_c, "AioSendMethod", None) if _aio_c is not None else None
 
 
 def _compiled_send(fn: Any) -> Any:
-    """``fn`` (the Python ``async def send``) wrapped in the compiled descriptor ``_speedups.AioSendMethod``:
+    """``fn`` (the Python ``async def send``) wrapped in the compiled descriptor ``_aio.AioSendMethod``:
     it keeps fn's name, docstring, signature (``__wrapped__``) and code flags, so that help(),
     inspect.signature, inspect.iscoroutinefunction and asyncio.iscoroutinefunction see fn."""
     method: Any = functools.update_wrapper(_SendMethod(fn), fn)
@@ -204,7 +206,7 @@ def _called_by_wait_for() -> bool:
 
 
 #: the compiled base of RecordFuture (its slots and a compiled ``await`` of a done record), when built
-_CFuture: Any = getattr(speedups, "AioFuture", None) if speedups is not None else None
+_CFuture: Any = getattr(_aio_c, "AioFuture", None) if _aio_c is not None else None
 if TYPE_CHECKING:
     _RecordFutureBase = object
 else:
@@ -464,27 +466,27 @@ class AsyncProducer:
         self._producer = producer if producer is not None else Producer(config, **settings)
         p = self._producer
         cfg = p.config
-        self._pool = p._pool
-        self._metadata = p._metadata
+        # the producer's send core (kproducer/producer/core.py): everything this class uses of the producer's
+        # parts besides its public API
+        core = self._core = send_core(p)
         self._batch_size = cfg.batch_size
         # a record of unknown size (not bytes yet: a serializer will make it) may need up to this much
         self._max_record = min(cfg.max_request_size, cfg.buffer_memory)
         self._max_block_ms = cfg.max_block_ms
         self._serializing = cfg.key_serializer is not None or cfg.value_serializer is not None
-        adm = self._adm = p._admission
         # send()'s fast path (staged records) is for plain records of a non-transactional producer
-        self._plain = adm.plain and adm.txn is None
-        self._max_request = adm.max_request_size
-        self._system_clock = p._system_clock
+        self._plain = core.plain
+        self._size_limit = core.size_limit
+        self._system_clock = core.system_clock
         self._staged: Dict[Tuple[str, int], _Run] = {}  # (topic, partition) -> its current run
         self._keyless_run: Optional[_Run] = None  # the current keyless run (of one topic)
-        self._ignore_keys = adm.ignore_keys
+        self._ignore_keys = core.ignore_keys
         self._runs: List[_Run] = []
         hot = self._hot = _HotState()
         hot.need = 0  # buffer memory the staged records may take at most (see _flush_staged)
         hot.count = 0  # staged records
         hot.limit = -1  # buffer memory the hot path of send() may stage up to (this loop iteration)
-        hot.max_value = self._max_request - _BOUND_EXTRA - _RECORD_OVERHEAD  # (a value at most this long)
+        hot.max_value = self._size_limit - _RECORD_OVERHEAD  # (a value at most this long: admission's size rule)
         hot.stage_max = STAGE_MAX
         hot.bound = _HOT_BOUND
         hot.sends = 0
@@ -530,7 +532,7 @@ class AsyncProducer:
         if self._loop is None:
             self._loop = loop
             self._space = asyncio.Event()
-            self._pool.on_free = self._on_pool_free
+            self._core.on_memory_freed(self._on_pool_free)
         elif self._loop is not loop:
             raise RuntimeError("this AsyncProducer is bound to another event loop (one producer per loop)")
         return loop
@@ -588,7 +590,7 @@ class AsyncProducer:
         try:
             await self._in_thread(self._producer.close, timeout)
         finally:
-            self._pool.on_free = None
+            self._core.on_memory_freed(None)
             self._shutdown_executor()
         await self._delivered()
 
@@ -617,7 +619,7 @@ class AsyncProducer:
         returns a finished coroutine (see docs/asyncio.md): always ``await`` what send() returns (one that
         is never awaited warns, as a coroutine does, and its record is sent all the same)."""
         if key is None and partition is None and timestamp_ms is None and headers is None and _stage is not None:
-            # the hot path below, compiled (_speedups.c aio_stage; None when it does not apply)
+            # the hot path below, compiled (_aio.c aio_stage; None when it does not apply)
             rec = _stage(self._hot, self._keyless_run, topic, value)
             if rec is not None:
                 return rec  # type: ignore[no-any-return]
@@ -649,20 +651,18 @@ class AsyncProducer:
         # must go through, not transactional): the synchronous send()'s checks, then the record is staged and
         # appended with the others staged in this loop iteration (see _flush_staged). Anything else, and
         # whatever the checks do not pass, goes through the synchronous send() (which raises or fails the future).
-        if (value is None or type(value) is bytes) and not headers and self._plain:
-            count = self._metadata.cluster.partition_counts.get(topic)
-            p = self._producer
-            if count is not None and not p._closed and p._sender.fatal_error is None:
+        if self._plain and plain_record(key, value, headers):
+            core = self._core
+            count = core.partition_count(topic)
+            if count is not None and core.accepting():
                 if timestamp_ms is None:
-                    ts = int(_wall() * 1000) if self._system_clock else p._wall_ms()
-                elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP:
+                    ts = int(_wall() * 1000) if self._system_clock else core.wall_ms()
+                elif valid_timestamp(timestamp_ms):
                     ts = timestamp_ms
                 else:
                     ts = -1  # (a bad timestamp: the synchronous send() says what is wrong with it)
-                size = _RECORD_OVERHEAD + (0 if value is None else len(value))
-                if key is not None:
-                    size = size + len(key) if type(key) is bytes else _NEVER
-                if ts >= 0 and size + _BOUND_EXTRA <= self._max_request:
+                size = record_size(key, value, None)
+                if ts >= 0 and size <= self._size_limit:
                     need = self._hot.need + 2 * (size + _BOUND_EXTRA)
                     if partition is None and (key is None or self._ignore_keys):
                         # uniform sticky: the partitions are chosen when the run is appended (as send_batch)
@@ -676,12 +676,11 @@ class AsyncProducer:
                         if run is not None:
                             need = self._hot.need
                     if run is not None:
-                        pool = self._pool
                         # (free buffers included: once buffer.memory was all in batches, the memory comes back
                         # as free buffers, and the unallocated part alone would keep every later record off the
                         # staged path, each in a run of its own through the synchronous send())
-                        free = pool.available_memory_unlocked()
-                        if not pool._waiters and free >= need:
+                        free = core.stageable_memory()
+                        if free >= need:
                             self._hot.need = need
                             # (the hot path's memory bound until the end of this loop iteration)
                             self._hot.limit = free if self._system_clock else -1
@@ -713,8 +712,7 @@ class AsyncProducer:
         """A new keyless run for ``topic`` (None when the pool cannot take it: send() then waits). Later
         records of the topic for a given partition go to new runs (after this one)."""
         need += 2 * self._batch_size  # (its records may open batches on two partitions)
-        pool = self._pool
-        if pool._waiters or pool.available_memory_unlocked() < need:
+        if not self._core.can_stage(need):
             return None
         staged = self._staged
         if staged:
@@ -735,18 +733,13 @@ class AsyncProducer:
             part = partition
         else:
             assert key is not None
-            cache = self._adm.hash_cache
-            h = cache.get(key)
-            if h is None:
-                h = key_hash_miss(cache, key)
-            part = h % count
+            part = self._core.key_partition(key, count)
         tp = (topic, part)
         run = self._staged.get(tp)
         if run is not None and run.ts == ts:
             return run
         need += self._batch_size
-        pool = self._pool
-        if pool._waiters or pool.available_memory_unlocked() < need:
+        if not self._core.can_stage(need):
             return None
         run = self._keyless_run
         if run is not None and run.topic is topic:
@@ -763,10 +756,9 @@ class AsyncProducer:
             self._flush_staged()
         # admit at once when it cannot block: metadata known and room in the buffer pool (read without the
         # pool's lock: only other threads' appends could lower it between this check and the append)
-        count = self._metadata.cluster.partition_counts.get(topic)
-        pool = self._pool
+        count = self._core.partition_count(topic)
         if count is None or (partition is not None and type(partition) is int and partition >= count) \
-                or pool._waiters or (pool.available_memory_unlocked() < self._max_record and not self._has_room(key, value, headers)):
+                or (not self._core.can_stage(self._max_record) and not self._has_room(key, value, headers)):
             failed = await self._wait_admissible(topic, key, value, headers, partition)
             if failed is not None:
                 return self._failed(topic, partition, failed)
@@ -776,7 +768,8 @@ class AsyncProducer:
         # a run of one record (its sizes are the serialized ones the synchronous send() measured)
         run = _Run(self, sf.timestamp, topic, -1)
         run.sizes = (sf.key_size, sf.value_size)
-        run.segs = [(0, 1, sf._delta, self._slot_for(sf._batch))]
+        batch, delta = record_position(sf)
+        run.segs = [(0, 1, delta, self._slot_for(batch))]
         return RecordFuture(run, 0)
 
     # -- staged records (send()'s fast path) -------------------------------------------------------
@@ -810,39 +803,23 @@ class AsyncProducer:
         self._hot.need = 0
         self._hot.count = 0
         self._hot.limit = -1
-        p = self._producer
-        acc = p._accumulator
-        now = p._monotonic_ms()
-        touched = p._topic_touched
-        max_block = self._max_block_ms
+        core = self._core
+        now = core.monotonic_ms()
         slots = self._slots
         wake = False
-        last_topic = None
         for run in runs:
-            topic, ts, keys, values, part = run.topic, run.ts, run.keys, run.values, run.part
-            if topic is not last_topic:
-                last_topic = topic
-                if now - touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
-                    touched[topic] = now
-                    self._metadata.add_topic(topic)
-            n = len(values)
-            ks = None if keys.count(None) == n else keys
+            keys, values = run.keys, run.values
+            ks = None if keys.count(None) == len(values) else keys
             segments: List[Any] = []
             failed: Optional[BaseException] = None
             try:
-                if part is True:
-                    # keyless: batch-sized runs of partitions, as the synchronous send()'s sticky choice
-                    cluster = self._metadata.cluster
-                    count = cluster.partition_counts.get(topic) or 1
-                    for pt, a, b in self._adm.sticky.record_runs(topic, ks, values, _RECORD_OVERHEAD,
-                                                                 cluster.available.get(topic, ()), count):
-                        if acc.append_many(topic, pt, ts, ks, values, None, range(a, b), max_block, now, segments):
-                            wake = True
-                elif acc.append_many(topic, part, ts, ks, values, None, range(n), max_block, now, segments):
+                # (keyless, part True: batch-sized runs of partitions, as the synchronous send()'s sticky choice)
+                if core.append_run(run.topic, None if run.part is True else run.part, run.ts, ks, values, now,
+                                   segments):
                     wake = True
             except Exception as e:  # closed meanwhile (or out of memory after all): the rest fail
                 # (with why the producer closed when its network thread died)
-                failed = p._sender.died_error or e
+                failed = core.died_error or e
             segs: List[Tuple[int, int, int, _BatchSlot]] = []
             for batch, first, cnt, idxs in segments:
                 slot = slots.get(batch)
@@ -860,7 +837,7 @@ class AsyncProducer:
                 for rec in watchers:
                     rec._settle()
         if wake:
-            p._wakeup()
+            core.wakeup()
 
     @staticmethod
     def _fail_unqueued(run: _Run, segs: List[Tuple[int, int, int, _BatchSlot]], error: BaseException) -> None:
@@ -878,7 +855,6 @@ class AsyncProducer:
         refills after running out, send() waits until then, so that the records after it are staged again
         instead of being admitted one at a time through the synchronous send() (each with a run of its own,
         kept alive by its future). Not when that is over half of buffer.memory."""
-        pool = self._pool
         need = self._batch_size
         if headers or self._serializing or not (value is None or type(value) is bytes) \
                 or not (key is None or type(key) is bytes) \
@@ -890,9 +866,9 @@ class AsyncProducer:
         elif self._plain:
             run_need = 2 * (need + _RECORD_OVERHEAD + _BOUND_EXTRA + (0 if value is None else len(value))
                             + (0 if key is None else len(key)))
-            if run_need <= pool.total_memory // 2:
+            if run_need <= self._core.total_memory // 2:
                 need = run_need
-        return pool.queued() == 0 and pool.available_memory() >= need
+        return self._core.has_room(need)
 
     def _record_size(self, key: Any, value: Any, headers: Any) -> int:
         if (value is None or type(value) is bytes) and (key is None or type(key) is bytes) and not self._serializing:
@@ -911,10 +887,10 @@ class AsyncProducer:
         deadline = loop.time() + self._max_block_ms / 1000.0
         if not isinstance(topic, str) or not topic:
             raise TypeError(f"topic must be a non-empty str, got {topic!r}")
-        count = self._metadata.cluster.partition_counts.get(topic)
+        count = self._core.partition_count(topic)
         if count is None or (partition is not None and type(partition) is int and partition >= count):
             try:
-                await self._in_thread(self._producer._wait_on_metadata, topic,
+                await self._in_thread(self._core.wait_on_metadata, topic,
                                       partition if type(partition) is int else None, self._max_block_ms)
             except (KafkaError, ProducerClosedError) as e:
                 if self._closed or isinstance(e, ProducerClosedError):
@@ -926,13 +902,8 @@ class AsyncProducer:
             return None
         # out of memory: like a thread blocked in BufferPool.allocate, make every queued batch sendable now
         # (a batch lingering for linger.ms holds memory this record waits for)
-        acc = self._producer._accumulator
-        acc.begin_flush()
-        self._producer._sender.wakeup()
-        try:
+        with self._core.memory_pressure():
             return await self._wait_for_space(loop, deadline, space, key, value, headers)
-        finally:
-            acc.end_flush()
 
     async def _wait_for_space(self, loop: asyncio.AbstractEventLoop, deadline: float, space: asyncio.Event,
                               key: Any, value: Any, headers: Any) -> Optional[BaseException]:
@@ -943,7 +914,7 @@ class AsyncProducer:
             if remaining <= 0:
                 return self._admission_failed(BufferExhaustedError(
                     f"Failed to allocate buffer memory for a record within max.block.ms={self._max_block_ms:.0f}"
-                    f" ms: buffer.memory={self._pool.total_memory} is full of records waiting to be sent. "
+                    f" ms: buffer.memory={self._core.total_memory} is full of records waiting to be sent. "
                     "Increase buffer.memory or max.block.ms, or produce more slowly"))
             space.clear()
             self._space_waiters += 1
@@ -961,9 +932,7 @@ class AsyncProducer:
     def _admission_failed(self, error: BaseException) -> BaseException:
         """A record not admitted within max.block.ms: as the synchronous send(), this fails the record (its
         future) and makes an open transaction abortable."""
-        txn = self._producer._txn
-        if txn is not None and txn.is_transactional:
-            txn.maybe_transition_to_error_state(error)
+        self._core.admission_failed(error)
         log.debug("async send() could not admit a record: %s", error)
         return error
 
@@ -1010,7 +979,7 @@ class AsyncProducer:
             self._executor, partial(self._producer.send_batch, topic, values, keys, headers, partition,
                                     timestamp_ms)))
         af: "asyncio.Future[BatchSendFuture]" = loop.create_future()
-        batches = bf._batches()
+        batches = batches_of(bf)
         group = _BatchGroup(af, bf, len(batches))
         if not batches:
             af.set_result(bf)
@@ -1117,7 +1086,7 @@ class AsyncProducer:
         group.remaining -= 1
         if group.remaining > 0:
             return
-        unfinished = [b for b in group.result._batches() if not b.is_done()]  # (after a split)
+        unfinished = [b for b in batches_of(group.result) if not b.is_done()]  # (after a split)
         if unfinished:
             group.remaining = len(unfinished)
             for b in unfinished:
@@ -1126,7 +1095,7 @@ class AsyncProducer:
         af = group.future
         if af.done():
             return
-        err = group.result._first_error()
+        err = first_error(group.result)
         if err is not None:
             af.set_exception(err)
         else:
@@ -1177,7 +1146,7 @@ class AsyncProducer:
     # -- introspection -----------------------------------------------------------------------------
 
     async def partitions_for(self, topic: str, timeout: Optional[float] = None) -> List[PartitionInfo]:
-        parts = self._metadata.cluster.partitions.get(topic)
+        parts = self._core.metadata.cluster.partitions.get(topic)
         if parts:
             return list(parts)
         result: List[PartitionInfo] = await self._in_thread(self._producer.partitions_for, topic, timeout)
@@ -1213,7 +1182,7 @@ class _FirstRecord:
 
 def _failed_slot(topic: str, error: BaseException, partition: Optional[int] = None) -> _BatchSlot:
     """A done slot standing in for the batch of records that failed before they were queued."""
-    slot = _BatchSlot(_FailedSend(topic, -1 if partition is None else partition, error))
+    slot = _BatchSlot(failed_stand_in(topic, partition, error))
     slot.done = True
     return slot
 
@@ -1222,19 +1191,19 @@ _new_record = object.__new__ if _CFuture is None else _CFuture.__new__
 _HotState: Any = _PyHotState
 _stage: Any = None
 if _CFuture is not None:
-    _HotState = speedups.AioHot  # type: ignore[union-attr]
-    _stage = speedups.aio_stage  # type: ignore[union-attr]
-    speedups.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
-    if hasattr(speedups, "aio_yield_after"):
+    _HotState = _aio_c.AioHot  # type: ignore[union-attr]
+    _stage = _aio_c.aio_stage  # type: ignore[union-attr]
+    _aio_c.aio_setup(RecordFuture, _Run, _BatchSlot, ProducerBatch, RecordMetadata)  # type: ignore[union-attr]
+    if hasattr(_aio_c, "aio_yield_after"):
         # awaiting done records in a loop yields to the loop once per YIELD_AFTER_S, as send() does
-        speedups.aio_yield_after(YIELD_AFTER_S)  # type: ignore[union-attr]
-    if hasattr(speedups, "aio_nogc"):
-        # RecordFuture's instances are not GC objects (no collection is counted for them; see _speedups.c)
-        speedups.aio_nogc(RecordFuture)  # type: ignore[union-attr]
+        _aio_c.aio_yield_after(YIELD_AFTER_S)  # type: ignore[union-attr]
+    if hasattr(_aio_c, "aio_nogc"):
+        # RecordFuture's instances are not GC objects (no collection is counted for them; see _aio.c)
+        _aio_c.aio_nogc(RecordFuture)  # type: ignore[union-attr]
     if _SendMethod is not None:
         # what the compiled send() returns when it staged the record at once: a finished coroutine, taken as
         # one by asyncio.iscoroutine (create_task, ensure_future, gather, wait_for)
-        collections.abc.Coroutine.register(speedups.AioReady)  # type: ignore[union-attr]
+        collections.abc.Coroutine.register(_aio_c.AioReady)  # type: ignore[union-attr]
 
 
 __all__ = ["AsyncProducer", "DELIVER_CHUNK", "RecordFuture", "STAGE_MAX", "YIELD_EVERY"]

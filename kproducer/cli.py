@@ -37,7 +37,7 @@ import threading
 import time
 from typing import IO, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import __version__
+from ._version import __version__
 from .errors import ConfigError, KafkaError, KafkaTimeoutError, MessageTooLargeError
 
 EXIT_OK = 0

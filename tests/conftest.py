@@ -1,14 +1,19 @@
 """Fixtures shared by every test: the repo-wide guard against internal errors, the tansu broker and a real
-Apache Kafka cluster (``apache_kafka``, ``ak_topic``).
+Apache Kafka cluster (``apache_kafka``, ``ak_topic``), and the markers that say what a test needs (setup.cfg):
+a test that uses a broker fixture is marked ``broker`` (and ``apache_kafka``) here at collection, the tests under
+tests/spark/ ``spark``; a test that starts a broker process without the marker fails (:func:`_broker_launch_guard`),
+so ``pytest -m "not broker"`` never starts one.
 
 ``tests`` is a package: helpers are imported as ``from tests.tansu import Tansu`` (the repository root is
 on ``sys.path``: ``pythonpath`` in setup.cfg's pytest section).
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-from typing import Any, Callable, Dict, Iterator, List
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -126,3 +131,103 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     for name, value in getattr(item, "funcargs", {}).items():
         if isinstance(value, ApacheKafka) and value.directory:
             report.sections.append((f"Apache Kafka logs ({name})", value.logs(30)))
+
+
+# ------------------------------------------------------------------------------ markers: what a test needs
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+SPARK_DIR = os.path.join(TESTS_DIR, "spark")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects (the mark plugin's own modifyitems)
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark each test with what it needs, from what it uses, so that a new test cannot forget: a test whose
+    fixtures include ``apache_kafka`` is ``apache_kafka``; one that includes ``tansu`` or is ``apache_kafka`` is
+    ``broker``; the tests under tests/spark/ (whose conftest needs pyspark) are ``spark``. A test that starts a
+    broker without these fixtures says so itself (``pytest.mark.broker`` / ``apache_kafka``): the guard below
+    fails it otherwise. A test marked ``needs("lz4", ...)`` skips, with the reason, where one of these optional
+    packages is not installed."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "apache_kafka" in names and item.get_closest_marker("apache_kafka") is None:
+            item.add_marker(pytest.mark.apache_kafka)
+        if ("tansu" in names or item.get_closest_marker("apache_kafka") is not None) \
+                and item.get_closest_marker("broker") is None:
+            item.add_marker(pytest.mark.broker)
+        if (str(item.path).startswith(SPARK_DIR + os.sep) or "spark" in names) \
+                and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+        missing = [PIP_NAMES.get(m, m) for mark in item.iter_markers("needs") for m in mark.args
+                   if not importable(m)]
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}, not installed (an optional "
+                                                    "package: pip install -e '.[test]' brings them all)"))
+
+
+#: the distributions of the optional modules whose names differ
+PIP_NAMES: Dict[str, str] = {"kafka": "kafka-python", "snappy": "python-snappy", "confluent_kafka": "confluent-kafka"}
+
+
+def importable(module: str) -> bool:
+    """Whether ``module`` (a top-level package name) is installed, without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
+class UnmarkedBrokerError(Exception):
+    """A test started a broker process without the marker that says it needs one."""
+
+
+#: the test running now (set for its setup, call and teardown), for the guard
+_running: List[Optional[pytest.Item]] = [None]
+#: what the guard refused while the current test ran (failed in :func:`markers_tell_the_truth`, also if the
+#: test caught the error)
+_refused: List[str] = []
+
+
+def broker_launched(argv: Sequence[Any]) -> Optional[str]:
+    """The marker a process with this command line needs: ``apache_kafka`` for Apache Kafka's broker (the
+    ``kafka.Kafka`` main class), ``broker`` for tansu; None for anything else."""
+    args = [os.fsdecode(a) if isinstance(a, (str, bytes, os.PathLike)) else str(a) for a in argv]
+    if "kafka.Kafka" in args:
+        return "apache_kafka"
+    if args and (os.path.basename(args[0]) == "tansu" or args[0] == os.environ.get("TANSU_BIN")):
+        return "broker"
+    return None
+
+
+def _broker_launch_guard(event: str, args: Any) -> None:
+    """Audit hook: refuses to start a broker process (tansu, Apache Kafka) from a test that is not marked as
+    needing one, so that the markers hold whatever way the test starts it (a fixture, a helper class, its own
+    Popen). A broker that a child process starts (``kproducer apache-kafka`` run as a command) is not seen."""
+    if event != "subprocess.Popen":
+        return
+    item = _running[0]
+    if item is None or not str(item.path).startswith(TESTS_DIR + os.sep):
+        return
+    needed = broker_launched(args[1] if isinstance(args[1], (list, tuple)) else [args[1]])
+    if needed is None or item.get_closest_marker(needed) is not None:
+        return
+    message = (f"{item.nodeid} starts a broker process but is not marked `{needed}`: use the tansu / "
+               f"apache_kafka fixtures (marked at collection) or add pytest.mark.{needed} (setup.cfg's markers)")
+    _refused.append(message)
+    raise UnmarkedBrokerError(message)
+
+
+sys.addaudithook(_broker_launch_guard)  # (for the rest of the process: pytest imports this file once)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _running[0] = item
+    _refused.clear()
+    try:
+        yield
+    finally:
+        _running[0] = None
+
+
+@pytest.fixture(autouse=True)
+def markers_tell_the_truth() -> Iterator[None]:
+    """Fails a test that started a broker without its marker even if it caught the guard's error."""
+    yield
+    assert not _refused, _refused[0]

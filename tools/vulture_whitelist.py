@@ -39,6 +39,7 @@ _.pending_requests  # mock.request_channel.RequestChannel
 
 # pytest: fixtures found by name (autouse, or requested by parameter name)
 no_internal_errors  # tests/conftest.py, autouse
+markers_tell_the_truth  # tests/conftest.py, autouse
 no_secrets_logged  # tests/integration/test_security_mock.py
 forget_loaded_modules  # tests/unit/test_compression.py
 Duplicate  # tests/unit/test_errors.py: classes whose definition is the test (it must raise)
@@ -51,6 +52,7 @@ _.executor_logs
 # benchmarks/conftest.py, tests/conftest.py: pytest hooks, called by name
 pytest_configure
 pytest_runtest_makereport
+pytest_runtest_protocol
 _.benchmark_enable
 
 # tests/apache_kafka/: pytest fixtures asked for by name (@pytest.mark.usefixtures)
@@ -84,3 +86,6 @@ alice_may_write
 # tests/integration/test_transactions_hypothesis_mock.py: hypothesis's pretty printer calls _repr_pretty_ to show
 # a failing program one step per line
 _._repr_pretty_
+
+# kproducer/protocol/accel.py: a module's __getattr__ (PEP 562), called by Python for accel.IMPLEMENTATION
+__getattr__

@@ -156,6 +156,8 @@ class NetworkClient:
         self.metadata = metadata
         self.security = security
         self.selector: Transport = selector or Selector(ssl_context=security.ssl_context)
+        #: the transport's timed wakeup (Selector.wakeup_at), if it has one
+        self._wakeup_at: Optional[Callable[[float], None]] = getattr(self.selector, "wakeup_at", None)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connection_setup_timeout_ms = connection_setup_timeout_ms
@@ -826,6 +828,19 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         self.selector.wakeup()
+
+    def has_timed_wakeup(self) -> bool:
+        """Whether wakeup_at() ends the poll at the time given (a timer), not at once."""
+        return self._wakeup_at is not None and bool(getattr(self.selector, "has_timer", False))
+
+    def wakeup_at(self, deadline_ms: float) -> None:
+        """Make the poll under way in the network thread return at ``deadline_ms`` (``time.monotonic()`` in ms) at
+        the latest, not sooner; a transport without a timer is woken now."""
+        at = self._wakeup_at
+        if at is None:
+            self.selector.wakeup()
+        else:
+            at(deadline_ms)
 
     def close(self) -> None:
         self.closed = True

@@ -21,12 +21,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Type, Union
 
 from ..errors import AuthenticationError, FrameTooLargeError, SecurityProtocolMismatchError, SslAuthenticationError
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
 from ..protocol.framing import SIZE_PREFIX, FrameError, FrameReader
+from .timer import WakeTimer
 from .transport import Payload
 
 if TYPE_CHECKING:
     import ssl
+
+_netio_c = load(MODULES["network"])
 
 log = logging.getLogger(__name__)
 
@@ -203,12 +206,16 @@ class Selector:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        # wakeup_at()'s timer (Linux: a timerfd), watched beside the wakeup socket
+        self._timer = WakeTimer.create()
+        if self._timer is not None:
+            self._sel.register(self._timer.fd, selectors.EVENT_READ, self._timer)
         # Linux, compiled accelerator: this (network) thread gives up the GIL only to wait in epoll_wait, and
         # writes and reads plain sockets (non-blocking: they never wait) holding it, so that it does not queue
-        # for the GIL behind a busy send() loop after each call (_speedups "The network thread's socket I/O").
+        # for the GIL behind a busy send() loop after each call (network/_netio.c).
         # Else (and for TLS sockets) the selectors module and the socket methods.
         self._fd_to_key: Optional[Dict[int, selectors.SelectorKey]] = getattr(self._sel, "_fd_to_key", None)
-        self._nogil = (speedups is not None and hasattr(speedups, "epoll_wait_io")
+        self._nogil = (_netio_c is not None and hasattr(_netio_c, "epoll_wait_io")
                        and isinstance(self._sel, getattr(selectors, "EpollSelector", ())) and self._fd_to_key is not None)
         self._closed = False
         self._wakeup_pending = False
@@ -326,6 +333,12 @@ class Selector:
                 pass
             self._wake_r.close()
             self._wake_w.close()
+            if self._timer is not None:
+                try:
+                    self._sel.unregister(self._timer.fd)
+                except (KeyError, ValueError):
+                    pass
+                self._timer.close()
             self._sel.close()
 
     def _fail_channel(self, ch: KafkaChannel, error: AuthenticationError) -> None:
@@ -407,7 +420,7 @@ class Selector:
                 if type(cur) is memoryview:
                     n = sock.send(cur)
                 elif self._nogil:
-                    n = speedups.sendmsg_nogil(sock.fileno(), cur)  # type: ignore[union-attr]
+                    n = _netio_c.sendmsg_nogil(sock.fileno(), cur)  # type: ignore[union-attr]
                 else:
                     n = sock.sendmsg(cur)  # type: ignore[arg-type]
             except _WOULD_BLOCK:
@@ -437,7 +450,7 @@ class Selector:
         delivered = False  # frames of this read were reported: a close found after them waits a poll
         while True:
             try:
-                n = speedups.recv_into_nogil(sock.fileno(), into) if nogil else sock.recv_into(into)  # type: ignore[union-attr]
+                n = _netio_c.recv_into_nogil(sock.fileno(), into) if nogil else sock.recv_into(into)  # type: ignore[union-attr]
             except _WOULD_BLOCK:
                 return
             except _TLS_CLOSED:
@@ -626,9 +639,9 @@ class Selector:
         fd_to_key = self._fd_to_key
         if not self._nogil or fd_to_key is None:
             return self._sel.select(timeout)
-        assert speedups is not None
+        assert _netio_c is not None
         # (at most 4096 events a call, as many as the module takes; the rest come at the next poll)
-        ready = speedups.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
+        ready = _netio_c.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
         out = []
         for fd, mask in ready:
             key = fd_to_key.get(fd)
@@ -646,6 +659,24 @@ class Selector:
             self._wake_w.send(b"\x00")
         except OSError:
             pass
+
+    @property
+    def has_timer(self) -> bool:
+        """Whether wakeup_at() has a timer (else it wakes the poll at once)."""
+        return self._timer is not None
+
+    def wakeup_at(self, deadline_ms: float) -> None:
+        """Make a poll() blocked in another thread (or the next one) return at ``deadline_ms``
+        (``time.monotonic()`` in ms) at the latest, without ending it sooner: a timer in the epoll set. Where
+        there is none, a wakeup now."""
+        timer = self._timer
+        if timer is None:
+            self.wakeup()
+            return
+        try:
+            timer.arm(deadline_ms)
+        except OSError:
+            self.wakeup()
 
     def clear_results(self) -> None:
         self.connected = []
@@ -677,14 +708,15 @@ class Selector:
         if connected or self.disconnected or sent:
             timeout = 0.0
         events = self._select(timeout)
+        timer = self._timer
         for key, mask in events:
             ch = key.data
             if ch is None:
                 try:
                     if self._nogil:
-                        assert speedups is not None
+                        assert _netio_c is not None
                         fd, into = self._wake_r.fileno(), self._recv_view[:4096]
-                        while speedups.recv_into_nogil(fd, into):
+                        while _netio_c.recv_into_nogil(fd, into):
                             pass
                     else:
                         while self._wake_r.recv(4096):
@@ -694,6 +726,9 @@ class Selector:
                 # cleared after draining: a wakeup racing with this poll is seen by the caller's next
                 # iteration, which starts after this poll returns
                 self._wakeup_pending = False
+                continue
+            if timer is not None and ch is timer:
+                timer.fired()  # (wakeup_at's time came)
                 continue
             if ch.state == ChannelState.CLOSED:
                 continue

@@ -14,6 +14,7 @@ from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
 from .compression_ratio import BatchSizing, CompressionRatioEstimator
+from .core import Gate
 from .future import Callback, FutureRecordMetadata
 from .idempotence import sequence_after
 
@@ -133,10 +134,10 @@ class RecordAccumulator:
         self._flushes_in_progress = 0
         self._appends_in_progress = 0
         self._closed = False
-        #: the byte send()'s compiled fast path reads instead of the producer's _closed, the sender's fatal_error and
-        #: this accumulator's _closed: nonzero while all three let records in; whichever closes first clears it
-        #: (here, Sender.fatal_error, Producer._refuse_records) and nothing reopens it
-        self.gate = bytearray(b"\x01")
+        #: whether records are taken (core.Gate: its byte is what send()'s compiled fast path reads instead of the
+        #: producer's _closed, the sender's fatal_error and this accumulator's _closed); whichever closes first
+        #: closes it (here, Sender.fatal_error, Producer._refuse_records) and nothing reopens it
+        self.gate = Gate()
         #: no queued batch reaches delivery.timeout.ms before this (inf: none queued at the last scan). It may be
         #: earlier than the true next expiry (the batch it came from was drained since), never later: whatever
         #: puts an older batch at the head of a queue (a retry, a split, a drain uncovering it) lowers it; a
@@ -307,6 +308,12 @@ class RecordAccumulator:
 
     # -- ready / drain (sender thread) -----------------------------------------------------------
 
+    def sends_at_once(self) -> bool:
+        """Whether every partition's head batch is sendable now, lingering or not: a thread waits for buffer
+        memory, a flush is under way, the accumulator is closed, or a transaction is completing."""
+        return (self.free.queued() > 0 or self._flushes_in_progress > 0 or self._closed
+                or (self.txn is not None and self.txn.is_completing()))
+
     def ready(self, cluster: "Cluster", now_ms: float) -> ReadyCheckResult:
         """Nodes with at least one sendable partition, how long until another might become sendable,
         and topics whose leader is unknown (their metadata must be refreshed)."""
@@ -314,8 +321,7 @@ class RecordAccumulator:
         next_delay = float("inf")
         unknown: Set[str] = set()
         # every partition's head batch is sendable now, lingering or not
-        forced = (self.free.queued() > 0 or self._flushes_in_progress > 0 or self._closed
-                  or (self.txn is not None and self.txn.is_completing()))
+        forced = self.sends_at_once()
         linger = self.linger_ms
         leaders = cluster.leaders
         nodes = cluster.nodes
@@ -634,7 +640,7 @@ class RecordAccumulator:
         """Refuse new records; queued batches become ready so they drain."""
         with self._lock:
             self._closed = True
-            self.gate[0] = 0  # (under the lock: the compiled send() reads it under the lock too)
+            self.gate.close()  # (under the lock: the compiled send() reads it under the lock too)
 
     @property
     def closed(self) -> bool:

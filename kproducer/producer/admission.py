@@ -26,9 +26,10 @@ a topic's metadata error — through the record's future and callback, and raise
 serialization, misuse, a closed or failed producer). ``send_batch()`` checks every record before it queues
 any and raises every error (there is no per-record future to carry it); the exception types are the same.
 
-``send()`` keeps an inlined fast path for a record of plain bytes/None without headers when no serializer,
-interceptor or custom partitioner is configured (:attr:`RecordAdmission.plain`); it applies the same rules
-with the same helpers for its error messages, and the tests run every invalid input through both calls.
+``send()`` keeps a short path for a record of plain bytes/None without headers (:func:`plain_record`) when no
+serializer, interceptor or custom partitioner is configured (:attr:`RecordAdmission.plain`); it applies the same
+rules through the same functions and limit (:func:`valid_timestamp`, :func:`record_size`,
+:attr:`RecordAdmission.size_limit`), and the tests run every invalid input through both calls.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from ..errors import (
     MessageTooLargeError,
     SerializationError,
 )
-from ..protocol.accel import speedups
+from ..protocol.accel import records as _records_c
 from ..protocol.records import RecordBatchBuilder
 from ..serialization import SerializeFn, serialize_fn
 from .interceptors import Interceptors
@@ -152,11 +153,26 @@ def bad_timestamp(timestamp_ms: Any) -> ValueError:
                       f"{timestamp_ms!r}")
 
 
+def valid_timestamp(timestamp_ms: Any) -> bool:
+    """The timestamp rule: an explicit timestamp is an int in ``[0, MAX_TIMESTAMP]`` (a bool is not one).
+    Used by :func:`check_timestamp`, send() and the asyncio producer's staging; the compiled copies (_send.c,
+    _aio.c) are kept equal by the differential tests."""
+    return type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP
+
+
 def check_timestamp(timestamp_ms: Any) -> int:
-    """An explicit timestamp: an int in ``[0, MAX_TIMESTAMP]`` (a bool is not one)."""
-    if type(timestamp_ms) is not int or not 0 <= timestamp_ms <= MAX_TIMESTAMP:
+    """An explicit timestamp, checked by :func:`valid_timestamp` (ValueError when it is not valid)."""
+    if not valid_timestamp(timestamp_ms):
         raise bad_timestamp(timestamp_ms)
     return timestamp_ms  # type: ignore[no-any-return]
+
+
+def plain_record(key: Any, value: Any, headers: Any) -> bool:
+    """The plain-record rule: bytes/None key and value and no headers (an empty list or dict is none). With
+    :attr:`RecordAdmission.plain` settings such a record skips interceptors and serialization. Used by send()
+    and the asyncio producer's staging; the compiled copies (_send.c, _aio.c) are kept equal by the
+    differential tests."""
+    return not headers and (value is None or type(value) is bytes) and (key is None or type(key) is bytes)
 
 
 def check_topic(topic: Any) -> None:
@@ -209,10 +225,10 @@ def _bytes_longest_py(items: Sequence[Any]) -> int:
 
 
 #: send_batch()'s check of a column of keys or values: compiled (one pass), else the Python twin (two)
-bytes_longest: Callable[[Sequence[Any]], int] = getattr(speedups, "bytes_longest", None) or _bytes_longest_py
+bytes_longest: Callable[[Sequence[Any]], int] = getattr(_records_c, "bytes_longest", None) or _bytes_longest_py
 #: the longest of a column already checked to hold only bytes or None (the size bound): the compiled pass, or
 #: without it the length pass alone (the type pass was done by bytes_longest already)
-_checked_longest: Callable[[Sequence[Any]], int] = getattr(speedups, "bytes_longest", None) or _longest
+_checked_longest: Callable[[Sequence[Any]], int] = getattr(_records_c, "bytes_longest", None) or _longest
 
 
 class RecordAdmission:
@@ -220,7 +236,8 @@ class RecordAdmission:
     the key-hash cache and the sticky state. Producer.send() and send_batch() both go through it."""
 
     __slots__ = ("key_serializer", "value_serializer", "interceptors", "partitioner", "ignore_keys", "plain",
-                 "hash_cache", "sticky", "batch_size", "max_request_size", "size_setting", "txn", "_view")
+                 "hash_cache", "sticky", "batch_size", "max_request_size", "size_limit", "size_setting", "txn",
+                 "_view")
 
     def __init__(self, cfg: "ProducerConfig", txn: Optional["TransactionManager"] = None,
                  sticky: Optional[StickyPartitioner] = None) -> None:
@@ -240,6 +257,11 @@ class RecordAdmission:
         self.sticky = sticky or StickyPartitioner(cfg.batch_size)
         self.batch_size = cfg.batch_size
         self.max_request_size = min(cfg.max_request_size, cfg.buffer_memory)
+        #: the size rule: a record whose :func:`record_size` is at most this is admitted (its upper bound on the
+        #: wire, ``size + BOUND_EXTRA`` for worst-case varints and the batch header, fits ``max_request_size``).
+        #: Read by send(), check_sizes (send_batch()) and the asyncio producer's staging (SendCore.size_limit);
+        #: the compiled copies (_send.c, _aio.c) are kept equal by the differential tests
+        self.size_limit = self.max_request_size - BOUND_EXTRA
         self.size_setting = "max.request.size" if cfg.max_request_size <= cfg.buffer_memory else "buffer.memory"
         self.txn = txn if txn is not None and txn.is_transactional else None
         self._view: Tuple[Optional["Cluster"], Optional[ClusterView]] = (None, None)
@@ -318,7 +340,7 @@ class RecordAdmission:
         for i in range(len(values)):
             size = record_size(keys[i] if keys is not None else None, values[i],
                                headers[i] if headers is not None else None)
-            if size + BOUND_EXTRA > self.max_request_size:
+            if size > self.size_limit:
                 raise self.too_large(size + BOUND_EXTRA, i)
 
     @staticmethod
@@ -399,4 +421,5 @@ class RecordAdmission:
 
 __all__ = ["BOUND_EXTRA", "FUTURE_ERRORS", "MAX_PARTITION", "MAX_TIMESTAMP", "RECORD_OVERHEAD", "RecordAdmission",
            "bad_partition", "bad_partitioner_result", "bad_timestamp", "beyond_any_topic", "check_headers",
-           "check_timestamp", "check_topic", "key_hash_miss", "record_size", "to_bytes"]
+           "check_timestamp", "check_topic", "key_hash_miss", "plain_record", "record_size", "to_bytes",
+           "valid_timestamp"]

@@ -5,6 +5,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
+from ..protocol.accel import MODULES, load
 from ..protocol.compression import CODEC_NONE
 from ..protocol.records import (
     ATTR_TRANSACTIONAL,
@@ -21,15 +22,32 @@ if TYPE_CHECKING:
 Header = Tuple[str, Optional[bytes]]
 _TRIM_SLACK = 512
 Thunk = Tuple[Callback, FutureRecordMetadata]
+_send_c = load(MODULES["producer"])
 
 
-class ProducerBatch:
+class _BatchFieldsPy:
+    """The fields of a batch that the compiled append reads and writes: the pure-Python twin of
+    ``_send.BatchBase`` (ProducerBatch declares its other fields as its own slots)."""
+
+    __slots__ = ("builder", "closed", "thunks")
+    builder: RecordBatchBuilder
+    closed: bool  # no more appends
+    thunks: Optional[List[Thunk]]
+
+
+if TYPE_CHECKING:
+    _BatchBase = _BatchFieldsPy
+else:
+    _BatchBase = _send_c.BatchBase if _send_c is not None else _BatchFieldsPy
+
+
+class ProducerBatch(_BatchBase):
     """Records for one topic-partition, their callbacks, and the batch's delivery bookkeeping."""
 
     __slots__ = (
-        "topic", "partition", "tp", "builder", "created_ms", "last_attempt_ms", "last_append_ms",
-        "drained_ms", "attempts", "retry_backoff_ms", "closed", "in_flight", "reserved_bytes",
-        "base_offset", "log_append_time", "error", "thunks", "_event", "_lock", "_done", "_settled",
+        "topic", "partition", "tp", "created_ms", "last_attempt_ms", "last_append_ms",
+        "drained_ms", "attempts", "retry_backoff_ms", "in_flight", "reserved_bytes",
+        "base_offset", "log_append_time", "error", "_event", "_lock", "_done", "_settled",
         "producer_id", "producer_epoch", "base_sequence", "is_transactional", "_built", "_head",
         "split_into", "reopened", "compression_ratio", "sizing", "extra_bytes", "grown", "filled",
         "pool", "_view",
@@ -53,7 +71,7 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: Optional[BaseException] = None
-        self.thunks: Optional[List[Thunk]] = []
+        self.thunks = []
         # made only when someone waits (most batches complete unwaited: an Event costs a Condition and a lock)
         self._event: Optional[threading.Event] = None
         self._lock = threading.Lock()

@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Callable, Deque, Iterable, Optional, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import BufferExhaustedError, KafkaError
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
 from ..protocol.records import RECORD_BATCH_OVERHEAD
 
 if TYPE_CHECKING:
     from .metrics import ProducerMetrics
+
+_send_c = load(MODULES["producer"])
 
 
 class _Waiter:
@@ -45,7 +47,7 @@ class _Waiter:
 def _in_use_py(buf: bytearray) -> bool:
     """Whether something still holds a view (memoryview, buffer export) of ``buf``: CPython refuses to
     resize an exported bytearray. Shrinking by a byte and growing back keeps its allocation. (Compiled twin,
-    which reads the bytearray's export count: ``_speedups.bytearray_exported``.)"""
+    which reads the bytearray's export count: ``_send.bytearray_exported``.)"""
     if not buf:
         return False
     try:
@@ -57,7 +59,7 @@ def _in_use_py(buf: bytearray) -> bool:
     return False
 
 
-in_use: Callable[[bytearray], bool] = speedups.bytearray_exported if speedups is not None else _in_use_py
+in_use: Callable[[bytearray], bool] = _send_c.bytearray_exported if _send_c is not None else _in_use_py
 
 
 class BufferPool:
@@ -258,6 +260,16 @@ class BufferPool:
         """:meth:`available_memory` without taking the lock: under it, or as a snapshot that other threads may
         change at once (the asyncio producer's staging checks, which only other threads' appends can lower)."""
         return self._available + len(self._free) * self.poolable_size
+
+    def free_unless_waited(self) -> int:
+        """:meth:`available_memory_unlocked`, or -1 while a thread waits for memory (whose turn comes first): what
+        records may take without waiting, read without the lock (the send core's check for staged records)."""
+        return -1 if self._waiters else self._available + len(self._free) * self.poolable_size
+
+    def can_take(self, size: int) -> bool:
+        """Whether ``size`` bytes could be reserved now without waiting (nobody waits, enough available)."""
+        with self._lock:
+            return not self._waiters and self.available_memory_unlocked() >= size
 
     def unallocated_memory(self) -> int:
         """Memory in neither a batch nor a free buffer (Java's ``unallocatedMemory()``)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from ..protocol.accel import speedups
+from ..protocol.accel import records as _records_c
 from ..protocol.columns import BinaryColumn, _Rows, column_max_length, row_indices
 from .admission import BOUND_EXTRA, RECORD_OVERHEAD, bad_partition, check_timestamp, check_topic
 from .future import BatchSendFuture
@@ -51,7 +51,7 @@ def _column_partitions_py(keys: BinaryColumn, num_partitions: int) -> Tuple[List
 def column_partitions(keys: BinaryColumn, num_partitions: int) -> Tuple[List[Tuple[int, bytes]], bytes]:
     """Rows of ``keys`` grouped by ``toPositive(murmur2(key)) % num_partitions`` as ``[(partition, int32 rows
     as bytes)]`` in order of first appearance, and the rows with a null key (int32 as bytes)."""
-    fn = getattr(speedups, "column_partitions", None)
+    fn = getattr(_records_c, "column_partitions", None)
     if fn is not None:
         return fn(keys, num_partitions)  # type: ignore[no-any-return]
     return _column_partitions_py(keys, num_partitions)
@@ -142,7 +142,7 @@ def send_columns(producer: "Producer", topic: str, values: BinaryColumn, keys: O
         num_partitions = producer._wait_on_metadata(topic, partition, producer._max_block_ms)
         cluster = metadata.cluster
     else:
-        metadata.add_topic(topic)
+        producer._touch(topic, start)  # (the send core's rule: kproducer/producer/core.py)
     groups: List[Tuple[int, Sequence[int]]]
     if partition is not None:
         if not 0 <= partition < num_partitions:

@@ -11,10 +11,12 @@ from types import FunctionType, MethodType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import KafkaTimeoutError, NetworkThreadWaitError
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
 
 if TYPE_CHECKING:
     from .batch import ProducerBatch
+
+_send_c = load(MODULES["producer"])
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ Callback = Callable[[Optional[RecordMetadata], Optional[BaseException]], None]
 
 #: the functions known to take (metadata, exception), by the id of their code object (a lambda written in a
 #: loop is a new function each time, with the same code): id -> the code object (held, so that its id is not
-#: reused); a bound method's function under -id. Read by send() and by the compiled send() (_speedups.c).
+#: reused); a bound method's function under -id. Read by send() and by the compiled send() (_send.c).
 CALLBACK_CODES: Dict[int, Any] = {}
 _CALLBACK_OTHERS: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 
@@ -176,7 +178,7 @@ def check_timeout(timeout: Any, call: str) -> Optional[float]:
 
 
 class _FutureFieldsPy:
-    """The fields of a per-record future: the pure-Python twin of ``_speedups.FutureBase``."""
+    """The fields of a per-record future: the pure-Python twin of ``_send.FutureBase``."""
 
     __slots__ = ("_batch", "_delta", "timestamp", "key_size", "value_size")
 
@@ -191,7 +193,7 @@ class _FutureFieldsPy:
 if TYPE_CHECKING:
     _FutureBase = _FutureFieldsPy
 else:
-    _FutureBase = speedups.FutureBase if speedups is not None else _FutureFieldsPy
+    _FutureBase = _send_c.FutureBase if _send_c is not None else _FutureFieldsPy
 
 
 class FutureRecordMetadata(_FutureBase):

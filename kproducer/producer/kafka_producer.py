@@ -11,7 +11,7 @@ from time import time as _wall
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
-from .. import __version__
+from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import ProducerConfig
 from ..errors import (
@@ -30,7 +30,7 @@ from ..errors import (
 from ..network.metadata import PartitionInfo
 from ..network.selector import SETUP_MAX_RECEIVE_SIZE, Selector
 from ..network.transport import Transport
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
 from ..protocol.topic import check_topic_name
 from ..security import channel_security
 from . import lifecycle
@@ -39,22 +39,22 @@ from .admission import (
     FUTURE_ERRORS,
     HASH_CACHE_SIZE,
     MAX_PARTITION,
-    MAX_TIMESTAMP,
     RECORD_OVERHEAD,
     Header,
     HeaderInput,
     RecordAdmission,
     bad_partition,
-    bad_timestamp,
     beyond_any_topic,
     check_headers,
     check_timestamp,
     check_topic,
     key_hash_miss,
+    plain_record,
     record_size,
 )
 from .batch import ProducerBatch
 from .consumer_group import ConsumerGroupMetadata, OffsetAndMetadata
+from .core import TOPIC_TOUCH_MS, SendCore
 from .future import (
     CALLBACK_CODES,
     BatchSendFuture,
@@ -73,10 +73,11 @@ from .plugins import close_plugins, configure_plugins
 from .transaction_manager import TransactionalRequestResult, TransactionManager
 from .wiring import wire_producer
 
+_send_c = load(MODULES["producer"])
+
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
-_TOPIC_TOUCH_MS = 1000.0
 _RECORD_OVERHEAD = RECORD_OVERHEAD
 _BOUND_EXTRA = BOUND_EXTRA
 _CALLBACK_CODES = CALLBACK_CODES
@@ -114,11 +115,17 @@ class Producer:
         self._admission = RecordAdmission(
             cfg, self._txn, sticky=StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit))
         self._max_block_ms = cfg.max_block_ms
-        self._topic_touched: Dict[str, float] = {}
+        # the send core: the rules every send path shares (touching a topic, appending runs, room in the pool)
+        # and the narrow API the asyncio producer uses (send_core(); kproducer/producer/core.py)
+        core = self._core = SendCore(metadata=self._metadata, admission=self._admission, pool=self._pool,
+                                     accumulator=self._accumulator, sender=self._sender, txn=self._txn, clock=clk,
+                                     max_block_ms=cfg.max_block_ms, wait_on_metadata=self._wait_on_metadata,
+                                     wakeup=selector.wakeup)
+        self._touch = core.touch
         self._wall_ms = clk.wall_ms
         self._monotonic_ms = clk.monotonic_ms
-        self._system_clock = type(clk) is Clock
-        self._wakeup = selector.wakeup
+        self._system_clock = core.system_clock
+        self._wake_for_new_batch = self._sender.wakeup_for_new_batch
         self._closed = False
         self._forked = False  # True in a child process that inherited this producer through fork()
         self._pid = os.getpid()
@@ -154,10 +161,12 @@ class Producer:
         The rules are those of kproducer.producer.admission, shared with send_batch()."""
         # This is the per-record hot path: every line here costs throughput. A record of plain bytes/None
         # without headers, when no serializer, interceptor or custom partitioner is configured, skips the
-        # steps that cannot change it (admission.plain); every check below applies to every record.
-        # With the accelerator, Producer.send is a _speedups.SendMethod: its fast_send() (_speedups.c) runs the
-        # plain case first, mirroring the steps below, and calls this function for everything else: a change to
-        # these rules needs the same change there (tests/unit/test_fast_send.py compares the two).
+        # steps that cannot change it (admission.plain, admission.plain_record); every check below applies to
+        # every record, through admission.py's functions (plain_record, check_timestamp, record_size and
+        # size_limit: the Python paths' one copy of each rule). With the accelerator, Producer.send is a
+        # _send.SendMethod: its fast_send() (_send.c) runs the plain case first with a compiled copy of these
+        # rules and calls this function for everything else: a change to these rules needs the same change
+        # there (tests/unit/test_fast_send.py compares the two).
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
         if callback is not None and (type(callback) is not _FunctionType or
@@ -166,8 +175,7 @@ class Producer:
         adm = self._admission
         interceptors: Optional[Interceptors] = None
         try:
-            if headers or not adm.plain or (value is not None and type(value) is not bytes) or \
-                    (key is not None and type(key) is not bytes):
+            if not (adm.plain and plain_record(key, value, headers)):
                 interceptors = adm.interceptors
                 if interceptors is not None:
                     topic, value, key, headers, partition, timestamp_ms = interceptors.on_send(
@@ -180,10 +188,8 @@ class Producer:
                 now = _monotonic() * 1000.0
                 if timestamp_ms is None:
                     timestamp = int(_wall() * 1000)
-                elif type(timestamp_ms) is int and 0 <= timestamp_ms <= MAX_TIMESTAMP:
-                    timestamp = timestamp_ms
                 else:
-                    raise bad_timestamp(timestamp_ms)
+                    timestamp = check_timestamp(timestamp_ms)
             else:
                 now = self._monotonic_ms()
                 timestamp = self._wall_ms() if timestamp_ms is None else check_timestamp(timestamp_ms)
@@ -196,15 +202,12 @@ class Producer:
                 num_partitions = self._wait_on_metadata(topic, partition, self._max_block_ms)
                 cluster = self._metadata.cluster
                 waited = self._max_block_ms - (self._monotonic_ms() - now)
-            elif now - self._topic_touched.get(topic, -1e18) > _TOPIC_TOUCH_MS:
-                self._topic_touched[topic] = now
-                self._metadata.add_topic(topic)
-            # the record's size, about as encoded (admission.record_size): it feeds sticky switching; with the
-            # worst-case varint sizes and the batch header on top it is the bound checked against max.request.size
-            size = _RECORD_OVERHEAD + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            if headers is not None:
-                size = record_size(key, value, headers)
-            if size + _BOUND_EXTRA > adm.max_request_size:
+            else:
+                self._touch(topic, now)
+            # the record's size, about as encoded: it feeds sticky switching; its bound on the wire is checked
+            # against max.request.size
+            size = record_size(key, value, headers)
+            if size > adm.size_limit:
                 raise adm.too_large(size + _BOUND_EXTRA)
             sticky = None
             if partition is not None:
@@ -242,7 +245,7 @@ class Producer:
                 # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
                 # the sender on every append while a partition has more than one batch; here each wakeup can
                 # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
-                self._wakeup()
+                self._wake_for_new_batch(now, result[1])
             return result[0]
         except FUTURE_ERRORS as e:
             # Java's doSend: an ApiException fails this record's future and callback (and makes an open
@@ -257,30 +260,30 @@ class Producer:
                     failure_metadata(topic, partition if type(partition) is int else -1), e)
             raise
 
-    if speedups is not None and not TYPE_CHECKING:
+    if _send_c is not None and not TYPE_CHECKING:
         # Producer.send as a compiled method: a plain record (see _fast_path) is queued in C without a Python
         # frame; every other call runs the send() above, unchanged (help(), signature and typing are its own)
-        send = functools.update_wrapper(speedups.SendMethod(send), send)
+        send = functools.update_wrapper(_send_c.SendMethod(send), send)
 
     def _fast_path(self) -> Any:
-        """The compiled fast path's view of this producer (``_speedups.FastSend``), or None when the settings
+        """The compiled fast path's view of this producer (``_send.FastSend``), or None when the settings
         send every record through the Python send(): no accelerator, serializers, interceptors, a custom
         partitioner, or transactions. The fast path takes a record of bytes/None key and value without
         headers, for a topic whose metadata is known, that fits the partition's open batch; it falls back to
         the Python send() for anything else before changing anything, so the rules stay those of send()."""
         adm = self._admission
-        if speedups is None or not adm.plain or adm.txn is not None or self._txn is not None \
+        if _send_c is None or not adm.plain or adm.txn is not None or self._txn is not None \
                 and self._txn.is_transactional:
             return None
         acc = self._accumulator
-        return speedups.FastSend(
+        return _send_c.FastSend(
             sender=self._sender, metadata=self._metadata, accumulator=acc, batches=acc._batches, lock=acc._lock,
-            hash_cache=adm.hash_cache, sticky=adm.sticky, topic_touched=self._topic_touched,
+            hash_cache=adm.hash_cache, sticky=adm.sticky, topic_touched=self._core.touched,
             future_type=FutureRecordMetadata, batch_type=ProducerBatch,
             monotonic_ms=None if self._system_clock else self._monotonic_ms,
             wall_ms=None if self._system_clock else self._wall_ms, max_request_size=adm.max_request_size,
             record_overhead=_RECORD_OVERHEAD, bound_extra=_BOUND_EXTRA, hash_cache_size=HASH_CACHE_SIZE,
-            touch_ms=_TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate, callback_codes=_CALLBACK_CODES)
+            touch_ms=TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate.flag, callback_codes=_CALLBACK_CODES)
 
     def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
                                  partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,
@@ -385,12 +388,12 @@ class Producer:
             num_partitions = self._wait_on_metadata(topic, highest, self._max_block_ms)
             cluster = self._metadata.cluster
         else:
-            self._metadata.add_topic(topic)
+            self._touch(topic, start)
         groups = adm.groups(topic, n, single, per_record, keys, ks, values, vals, hs, num_partitions, cluster)
         adm.check_can_send(topic, [part for part, _idxs in groups])
-        acc = self._accumulator
+        append = self._core.append_rows
         try:
-            segments = self._append_groups(groups, start, lambda part, idxs, remaining, now, segs: acc.append_many(
+            segments = self._append_groups(groups, start, lambda part, idxs, remaining, now, segs: append(
                 topic, part, timestamp, ks, vals, hs, idxs, remaining, now, segs))
         except KafkaError as e:
             # (e.g. no buffer memory within max.block.ms) records before the failing one may be queued already:
@@ -660,7 +663,7 @@ class Producer:
         """No record is taken from now on (close(), exit, fork): set ``_closed`` and close the compiled
         send()'s gate. Every place that closes the producer goes through here."""
         self._closed = True
-        self._gate[0] = 0
+        self._gate.close()
 
     def _raise_closed(self, call: str) -> NoReturn:
         if self._forked:
@@ -798,4 +801,9 @@ class Producer:
         return f"<Producer {self.client_id} {self.bootstrap_servers}{state}>"
 
 
-__all__ = ["HeaderInput", "Producer"]
+def send_core(producer: Producer) -> SendCore:
+    """The producer's send core (kproducer/producer/core.py): the internal API the asyncio producer uses."""
+    return producer._core
+
+
+__all__ = ["HeaderInput", "Producer", "send_core"]

@@ -24,7 +24,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
 from ..protocol.records import RECORD_BATCH_OVERHEAD
 
 if TYPE_CHECKING:
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from ..network.metadata import Metadata
     from .accumulator import RecordAccumulator
     from .batch import ProducerBatch
+
+_send_c = load(MODULES["producer"])
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class Metric(NamedTuple):
 
 
 class _SensorPy:
-    """The recording half of :class:`Sensor` (pure Python; compiled twin: ``_speedups.SensorBase``)."""
+    """The recording half of :class:`Sensor` (pure Python; compiled twin: ``_send.SensorBase``)."""
 
     __slots__ = ("_config", "_samples", "_current", "total", "count")
 
@@ -132,7 +134,7 @@ class _SensorPy:
 if TYPE_CHECKING:
     _SensorBase = _SensorPy
 else:
-    _SensorBase = speedups.SensorBase if speedups is not None else _SensorPy
+    _SensorBase = _send_c.SensorBase if _send_c is not None else _SensorPy
 
 
 class Sensor(_SensorBase):
@@ -292,7 +294,7 @@ def _request_stats_py(batches: Sequence["ProducerBatch"]) -> RequestStats:
     """What :meth:`ProducerMetrics.record_produce_request` records of a produce request's batches: the records,
     the batches, the sum and largest of their sizes (what drain packs by), of their compression ratios and of
     their queue times, the sum, largest and count of the batch-sized largest records, and per topic [records,
-    bytes, ratio sum, ratio max, batches]. (Compiled twin: ``_speedups.produce_request_stats``.)"""
+    bytes, ratio sum, ratio max, batches]. (Compiled twin: ``_send.produce_request_stats``.)"""
     records = 0
     count = 0
     size_sum = 0
@@ -346,7 +348,7 @@ def _request_stats_py(batches: Sequence["ProducerBatch"]) -> RequestStats:
 
 
 _request_stats: Callable[[Sequence["ProducerBatch"]], RequestStats] = (
-    speedups.produce_request_stats if speedups is not None else _request_stats_py)
+    _send_c.produce_request_stats if _send_c is not None else _request_stats_py)
 
 
 class ProducerMetrics:

@@ -9,7 +9,8 @@ import struct
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..protocol.accel import speedups
+from ..protocol.accel import MODULES, load
+from ..protocol.accel import records as _records_c
 
 if TYPE_CHECKING:
     from ..network.metadata import Cluster, PartitionInfo
@@ -45,9 +46,9 @@ def _murmur2_py(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-murmur2: Callable[[bytes], int] = speedups.murmur2 if speedups is not None else _murmur2_py
+murmur2: Callable[[bytes], int] = _records_c.murmur2 if _records_c is not None else _murmur2_py
 #: sticky_cut(values, keys, overhead, start, budget) -> (stop, used): StickyPartitioner._runs' cut over records
-_sticky_cut: Optional[Callable[..., Tuple[int, int]]] = getattr(speedups, "sticky_cut", None)
+_sticky_cut: Optional[Callable[..., Tuple[int, int]]] = getattr(load(MODULES["producer"]), "sticky_cut", None)
 
 
 def to_positive(n: int) -> int:

@@ -20,7 +20,6 @@ from ..errors import (
     RequestTimedOutError,
     TransactionAbortedError,
     UnknownProducerIdError,
-    UnknownServerError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -97,7 +96,7 @@ class Sender(threading.Thread):
         self.metrics.watch(client, accumulator, metadata)
         #: expired records, logged counted and rate-limited (issue 30)
         self.expiry_log = ExpiryLog(accumulator.delivery_timeout_ms)
-        self._fatal_reported = False  # (a transaction's fatal error was handed to client.report_error)
+        self._fatal_reported = False  # (the transaction manager's fatal error was reported: error_cb)
         self.retry_backoff_ms = retry_backoff_ms
         self.clock = clock
         self.running = True
@@ -106,9 +105,13 @@ class Sender(threading.Thread):
         #: no in-flight batch reaches delivery.timeout.ms before this; earlier than the true next expiry once the
         #: batch it came from is acknowledged (the in-flight lists are scanned then), never later
         self._next_in_flight_expiry = float("inf")
+        #: the latest time (the clock's monotonic ms) at which the network thread's current wait for I/O in
+        #: run_once() ends; inf while it runs an iteration or waits in any other poll (wakeup_for_new_batch)
+        self.poll_until_ms = float("inf")
+        #: a new batch arms a timer on time.monotonic() instead of waking the thread (wakeup_for_new_batch): the
+        #: transport has one (Linux) and this clock's monotonic_ms() is time.monotonic()'s, in ms
+        self._timed_wakeup = type(clock) is Clock and client.has_timed_wakeup()
         self._fatal_error: Optional[BaseException] = None
-        self._init_retry_at = 0.0  # no InitProducerId attempt before this time (retry.backoff.ms)
-        self._init_failures = 0  # consecutive failed InitProducerId attempts (for the backoff)
         #: how many times queued batches were failed because a broker refused our credentials, and why
         self.authentication_failures = 0
         self.last_authentication_error: Optional[KafkaError] = None
@@ -131,7 +134,7 @@ class Sender(threading.Thread):
     def fatal_error(self, exc: Optional[BaseException]) -> None:
         self._fatal_error = exc
         if exc is not None:
-            self.accumulator.gate[0] = 0  # the compiled send() hands records to the Python one, which raises it
+            self.accumulator.gate.close()  # the compiled send() hands records to the Python one, which raises it
             if isinstance(exc, KafkaError):
                 self.client.report_error(exc)  # (error_cb)
 
@@ -273,8 +276,31 @@ class Sender(threading.Thread):
                 self._fail_expired_batches(self.clock.monotonic_ms())
                 return
         now = self.clock.monotonic_ms()
-        timeout = self.send_producer_data(now)
-        self.client.poll(min(timeout, report_in), now)
+        timeout = min(self.send_producer_data(now), report_in)
+        # published before the wait and withdrawn after it, before the next iteration looks at the queues: a
+        # batch opened meanwhile is either seen by that iteration or woken for (wakeup_for_new_batch)
+        self.poll_until_ms = now + timeout
+        try:
+            self.client.poll(timeout, now)
+        finally:
+            self.poll_until_ms = float("inf")
+
+    def wakeup_for_new_batch(self, created_ms: float, full: bool) -> None:
+        """An append opened a batch at ``created_ms`` (``full``: its partition has a sendable batch now). Java
+        wakes the sender for every new batch, so that it learns when the batch is due; the wakeup costs an
+        iteration that only finds out when to wake up next. When nothing makes the batch sendable before its
+        linger.ms is up, the thread's current wait (``poll_until_ms``) is left alone if it ends no later than
+        that (the iteration after it finds the batch), else made to end then (a timer, Linux) or, without a
+        timer, ended now as in Java."""
+        acc = self.accumulator
+        linger = acc.linger_ms
+        if full or linger <= 0 or acc.sends_at_once():
+            self.client.wakeup()
+        elif created_ms + linger < self.poll_until_ms:
+            if self._timed_wakeup:  # the wait ends when the batch is due, not now
+                self.client.wakeup_at(created_ms + linger)
+            else:
+                self.client.wakeup()
 
     def _maybe_handle_producer_id(self) -> bool:
         """Idempotence/transactions housekeeping before producing. True when this iteration was spent
@@ -285,17 +311,18 @@ class Sender(threading.Thread):
             queued = self.accumulator.queued_batches_list()
             if txn.maybe_reset(not self._has_in_flight_produce(), queued):
                 log.info("idempotent producer id reset; %d queued batches will be re-sequenced", len(queued))
-        if txn.is_transactional:
-            return self._maybe_send_and_poll_transactional_request(txn)
-        if txn.needs_producer_id():
-            return self._send_init_producer_id()
-        return False
+        if not txn.is_transactional:
+            if txn.has_producer_id():
+                return False  # (InitProducerId is the idempotent producer's only coordinator request)
+            txn.request_producer_id_if_needed()
+        return self._maybe_send_and_poll_transactional_request(txn)
 
     # -- coordinator requests (transactions) ----------------------------------------------------------
 
     def _maybe_send_and_poll_transactional_request(self, txn: TransactionManager) -> bool:
-        """Send the next coordinator request if one is due (Java's Sender.maybeSendAndPollTransactionalRequest).
-        True when this sender iteration was spent on it."""
+        """Send the next coordinator request if one is due (Java's Sender.maybeSendAndPollTransactionalRequest),
+        for a transactional producer, and the idempotent producer's InitProducerId. True when this sender
+        iteration was spent on it."""
         client = self.client
         acc = self.accumulator
         now = self.clock.monotonic_ms()
@@ -303,11 +330,15 @@ class Sender(threading.Thread):
             client.poll(self.retry_backoff_ms, now)
             return True
         if txn.has_fatal_error():
-            if not self._fatal_reported and isinstance(txn.last_error, KafkaError):
+            error = txn.last_error or KafkaError("fatal transaction error")
+            if not self._fatal_reported:
                 self._fatal_reported = True
-                client.report_error(txn.last_error)  # (error_cb)
+                if not txn.is_transactional:
+                    self.fatal_error = error  # the idempotent producer ends: send() raises it (error_cb hears it)
+                elif isinstance(error, KafkaError):
+                    client.report_error(error)  # (error_cb)
             if acc.has_undrained():
-                acc.abort_undrained_batches(txn.last_error or KafkaError("fatal transaction error"))
+                acc.abort_undrained_batches(error)
             client.poll(self.retry_backoff_ms, now)
             return True
         if (txn.has_abortable_error() or txn.is_aborting()) and acc.has_undrained():
@@ -319,8 +350,9 @@ class Sender(threading.Thread):
         retry_at = txn.peek_retry_at()
         if retry_at > now:
             # back off (as Java's sender sleeps), but wake up when the retry is due: nothing else may
-            # (with no records queued, the sender's own poll could sleep for request.timeout.ms)
-            client.poll(retry_at - now, now)
+            # (with no records queued, the sender's own poll could sleep for request.timeout.ms); and in time to
+            # expire queued records (run_once does)
+            client.poll(min(retry_at - now, max(0.0, acc.next_batch_expiry_ms - now)), now)
             return True
         handler = txn.next_request(acc.has_incomplete())
         if handler is None:
@@ -356,7 +388,9 @@ class Sender(threading.Thread):
         except UnsupportedVersionError as e:
             # an older broker without this API (or a version of it we speak): fatal, as in Java
             log.error("%s cannot be sent to node %s: %s", handler.name, node, e)
-            txn.fail_request(handler, e)
+            txn.fail_request(handler, e if txn.is_transactional else UnsupportedVersionError(
+                f"the idempotent producer needs a producer id, but {e.message}; set enable.idempotence=false "
+                "to produce to this broker"))
             return True
         txn.set_in_flight(handler)
         handler.attempts += 1
@@ -391,7 +425,11 @@ class Sender(threading.Thread):
             return
         log.debug("%s answered: %s", handler.name, outcome.value)
         if outcome is Outcome.RETRY or outcome is Outcome.FIND_COORDINATOR:
-            log.debug("%s: %s; retrying", handler.name, outcome.value)
+            if handler.api is m.INIT_PRODUCER_ID and not txn.is_transactional:  # (records wait for it: say why)
+                log.warning("InitProducerId failed with %s; retrying in %.0f ms", error_for_code(
+                    resp.body["error_code"]), retry_at - resp.received_ms)
+            else:
+                log.debug("%s: %s; retrying", handler.name, outcome.value)
             txn.retry(handler, retry_at)
         self.wakeup()
 
@@ -424,74 +462,6 @@ class Sender(threading.Thread):
 
     def _has_in_flight_produce(self) -> bool:
         return any(self._in_flight_batches.values())
-
-    def _send_init_producer_id(self) -> bool:
-        """Plain idempotent producer: ask any broker for a producer id."""
-        txn = self.txn
-        assert txn is not None
-        now = self.clock.monotonic_ms()
-        if self.fatal_error is not None:
-            # idempotence failed for good (send() raises it): never ask again; fail what is still queued
-            self.accumulator.abort_undrained_batches(self.fatal_error)
-            self.client.poll(self.retry_backoff_ms, now)
-            return True
-        wait = self._init_retry_at - now
-        if wait > 0:
-            # back off after a failed attempt, but wake up in time to expire queued batches
-            self.client.poll(min(wait, max(0.0, self.accumulator.next_batch_expiry_ms - now)), now)
-            return True
-        node = self.client.least_loaded_node(now)
-        if node is None or not self.client.ready(node, now):
-            self.client.poll(self.retry_backoff_ms if node is None else 50, now)
-            return True
-        try:
-            self.client.api_version(node, m.INIT_PRODUCER_ID)
-        except UnsupportedVersionError as e:
-            # an older broker: the idempotent producer cannot work with it, waiting will not change that
-            self._fail_idempotence(UnsupportedVersionError(
-                f"the idempotent producer needs a producer id, but {e.message}; set enable.idempotence=false "
-                "to produce to this broker"))
-            return True
-        txn.init_in_flight = True
-
-        def on_response(resp: ClientResponse) -> None:
-            txn.init_in_flight = False
-            if resp.body is None:
-                log.debug("InitProducerId to node %s failed (disconnected); retrying", node)
-                self._init_retry_at = resp.received_ms + self._init_producer_id_backoff()
-                return
-            err = resp.body["error_code"]
-            if err != NO_ERROR:
-                exc = error_for_code(err)
-                if exc.retriable or isinstance(exc, UnknownServerError):
-                    backoff = self._init_producer_id_backoff()
-                    log.warning("InitProducerId failed with %s; retrying in %.0f ms", exc, backoff)
-                    self._init_retry_at = resp.received_ms + backoff
-                    return
-                self._fail_idempotence(exc)
-                return
-            self._init_failures = 0
-            txn.set_producer_id(resp.body["producer_id"], resp.body["producer_epoch"])
-            self.wakeup()
-
-        body = {"transactional_id": None, "transaction_timeout_ms": 2147483647,
-                "producer_id": -1, "producer_epoch": -1}
-        self.client.send(ClientRequest(node, m.INIT_PRODUCER_ID, body, on_response, now, self.request_timeout_ms),
-                         now)
-        self.client.poll(self.request_timeout_ms, now)
-        return True
-
-    def _init_producer_id_backoff(self) -> float:
-        """The wait before the next InitProducerId after one more failure (KIP-580): retry.backoff.ms
-        doubling per consecutive failure up to retry.backoff.max.ms, +/-20 %; a success starts again."""
-        backoff = self.accumulator.retry_backoff.backoff(self._init_failures)
-        self._init_failures += 1
-        return backoff
-
-    def _fail_idempotence(self, exc: BaseException) -> None:
-        log.error("cannot get a producer id: %s", exc)
-        self.fatal_error = exc
-        self.accumulator.abort_undrained_batches(exc)
 
     def send_producer_data(self, now: float) -> float:
         """Send every sendable batch; returns how long the next poll may wait."""
@@ -531,6 +501,12 @@ class Sender(threading.Thread):
                                              f"could not send the request to node {node}: {e}", now)
         if ready_nodes:
             timeout = min(timeout, self._after_send_timeout(cluster, now, ready_nodes))
+        linger = acc.linger_ms
+        if timeout > linger > 0 and not self._timed_wakeup and self.client.has_in_flight():
+            # waiting for a response, with no timer for new batches: wake up after linger.ms at the latest, so
+            # that a batch opened during the wait (due no sooner) needs no wakeup of its own
+            # (wakeup_for_new_batch); the response usually comes first and ends the wait
+            timeout = linger
         return max(0.0, timeout)
 
     def _after_send_timeout(self, cluster: Cluster, now: float, sent_to: Set[int]) -> float:

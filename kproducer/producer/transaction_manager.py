@@ -7,7 +7,9 @@
    per request (:class:`FindCoordinatorHandler`, :class:`InitProducerIdHandler`,
    :class:`AddPartitionsToTxnHandler`, :class:`AddOffsetsToTxnHandler`, :class:`TxnOffsetCommitHandler`,
    :class:`EndTxnHandler`). The sender sends them (``Sender._maybe_send_and_poll_transactional_request``);
-   a handler's ``handle_response`` updates the manager and returns an :class:`Outcome`.
+   a handler's ``handle_response`` updates the manager and returns an :class:`Outcome`. The idempotent producer
+   (no transactional.id) gets its producer id the same way: ``request_producer_id_if_needed`` queues an
+   :class:`InitProducerIdHandler` for any broker (Java's ``bumpIdempotentEpochAndResetIdIfNeeded``).
 4. :class:`TransactionManager`: the application's calls (``init_transactions`` ... ``begin_abort``), what
    ``send()`` checks, what the sender asks (``next_request``, ``retry``, coordinators), and the produce side
    (sequences through :class:`~kproducer.producer.idempotence.IdempotenceState`, failed batches).
@@ -45,6 +47,7 @@ from ..errors import (
     TransactionalIdAuthorizationFailedError,
     TransactionError,
     UnknownProducerIdError,
+    UnknownServerError,
     UnsupportedVersionError,
     error_for_code,
 )
@@ -63,6 +66,8 @@ TopicPartition = Tuple[str, int]
 Body = Dict[str, Any]
 # InitProducerId v3 (KIP-360) lets a producer bump its own epoch with its current id and epoch
 EPOCH_BUMP_INIT_PRODUCER_ID_VERSION = 3
+# the idempotent producer's InitProducerId asks for no transaction timeout (Java: Integer.MAX_VALUE)
+_NO_TRANSACTION_TIMEOUT_MS = 2147483647
 # a failed produce batch with one of these ends a transactional producer (Java's maybeTransitionToErrorState)
 _FATAL_BATCH_ERRORS = (ProducerFencedError, ClusterAuthorizationFailedError, TransactionalIdAuthorizationFailedError,
                        UnsupportedVersionError)
@@ -240,6 +245,10 @@ class TxnRequestHandler:
         return Outcome.FAILED
 
     def abortable(self, error: BaseException) -> Outcome:
+        if not self.manager.is_transactional:
+            # the idempotent producer has no transaction to abort: the error ends it (Java's ends too, when its next
+            # InitProducerId is refused the move from ABORTABLE_ERROR to INITIALIZING)
+            return self.fatal(error)
         self.manager._transition_to_abortable_error(error)
         self.result.done(error)
         return Outcome.FAILED
@@ -265,10 +274,10 @@ class TxnRequestHandler:
         if cls.retriable:
             return Outcome.RETRY
         if cls.fenced:
-            return self.fatal(ProducerFencedError(
-                "another producer with the same transactional.id is active, or the coordinator aborted this "
-                "producer's transaction because it was open longer than transaction.timeout.ms (either way this "
-                f"producer's epoch is stale); close this producer (broker error {cls.name})"))
+            why = ("another producer with the same transactional.id is active, or the coordinator aborted this "
+                   "producer's transaction because it was open longer than transaction.timeout.ms (either way this "
+                   "producer's epoch is stale)") if self.manager.is_transactional else "this producer's epoch is stale"
+            return self.fatal(ProducerFencedError(f"{why}; close this producer (broker error {cls.name})"))
         if cls is InvalidProducerIdMappingError and self.manager.is_transaction_v2():
             # fatal under transactions v2, as in Java 4.1 (under v1 abortable, as in Java 3.x: docs/transactions.md)
             return self.fatal(error_for_code(code, message))
@@ -310,7 +319,9 @@ class FindCoordinatorHandler(TxnRequestHandler):
 
 
 class InitProducerIdHandler(TxnRequestHandler):
-    """A new producer id (init_transactions), or, with ``bump``, a new epoch for the current id (KIP-360)."""
+    """A new producer id (init_transactions(), or the idempotent producer's, at first and after a reset: to any
+    broker), or, with ``bump``, a new epoch for the current id (KIP-360). Retries back off as KIP-580 says (the
+    sender's ``_handle_transactional_response``)."""
 
     name = "InitProducerId"
     api = m.INIT_PRODUCER_ID
@@ -325,10 +336,15 @@ class InitProducerIdHandler(TxnRequestHandler):
         self.initial = not bump
         self.priority = Priority.EPOCH_BUMP if bump else Priority.INIT_PRODUCER_ID
 
+    def coordinator_key(self) -> Optional[CoordinatorKey]:
+        return super().coordinator_key() if self.manager.is_transactional else None
+
     def build(self) -> Body:
-        current = self.manager.producer_id_and_epoch if self.bump else NO_PRODUCER
-        return {"transactional_id": self.manager.transactional_id,
-                "transaction_timeout_ms": self.manager.transaction_timeout_ms,
+        manager = self.manager
+        current = manager.producer_id_and_epoch if self.bump else NO_PRODUCER
+        return {"transactional_id": manager.transactional_id,
+                "transaction_timeout_ms": manager.transaction_timeout_ms if manager.is_transactional
+                else _NO_TRANSACTION_TIMEOUT_MS,
                 "producer_id": current.producer_id, "producer_epoch": current.epoch}
 
     def handle_response(self, body: Body) -> Outcome:
@@ -355,6 +371,8 @@ class InitProducerIdHandler(TxnRequestHandler):
             self.manager.epoch_bump_refused()
             self.bump = False
             return Outcome.RETRY
+        if cls is UnknownServerError and not self.manager.is_transactional:
+            return Outcome.RETRY  # (the idempotent producer tries again, as it always did here; Java fails it)
         return self.common_error(code)
 
 
@@ -542,7 +560,6 @@ class TransactionManager:
         self._last_error: Optional[BaseException] = None
         # idempotent producer: renew the producer id once nothing is in flight
         self.reset_required = False
-        self.init_in_flight = False
         # transactions
         self.partitions_in_txn: Set[TopicPartition] = set()
         self.pending_partitions: Set[TopicPartition] = set()  # AddPartitionsToTxn sent, not yet answered
@@ -601,7 +618,7 @@ class TransactionManager:
 
     def _transition_to_fatal_error(self, error: BaseException) -> None:
         with self._lock:
-            log.error("fatal transaction error: %s", error)
+            log.error("fatal transaction error: %s" if self.is_transactional else "cannot get a producer id: %s", error)
             self._transition(State.FATAL_ERROR, error)
             queued, self._queue = self._queue, []
             for _p, _o, handler in queued:
@@ -612,9 +629,10 @@ class TransactionManager:
     def _authorization_failed(self, error: BaseException) -> None:
         """InitProducerId was refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED).
         Java moves to ABORTABLE_ERROR and its sender then to UNINITIALIZED (``shouldHandleAuthorizationError``),
-        failing what was queued: ``init_transactions()`` may be called again once the ACLs allow it."""
+        failing what was queued: ``init_transactions()`` may be called again once the ACLs allow it. The idempotent
+        producer ends with it (Java's asks again, failing the queued records each time)."""
         with self._lock:
-            if self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
+            if not self.is_transactional or self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
                 self._transition_to_fatal_error(error)
                 return
             log.warning("the transaction coordinator refused InitProducerId: %s; init_transactions() may be "
@@ -904,9 +922,7 @@ class TransactionManager:
         """InitProducerId answered (first id, or an epoch bump). ``initial``: init_transactions()' own request,
         after which the transaction version is read (Java's ``maybeUpdateTransactionV2Enabled(true)``)."""
         with self._lock:
-            log.info("producer id %s, epoch %s%s", value.producer_id, value.epoch,
-                     f" (transactional.id={self.transactional_id})" if self.transactional_id else "")
-            self._idempotence.set_producer_id_and_epoch(value)
+            self.set_producer_id(*value)
             self.epoch_bump_required = False
             self._upgrade_bump_required = False
             if self._state != State.READY:
@@ -1138,15 +1154,20 @@ class TransactionManager:
     def has_producer_id(self) -> bool:
         return self._idempotence.has_producer_id()
 
-    def needs_producer_id(self) -> bool:
-        """For a plain idempotent producer: InitProducerId is due (first time, or after a reset)."""
+    def request_producer_id_if_needed(self) -> None:
+        """The idempotent producer without a producer id (at first, or after a reset) queues an InitProducerId
+        for any broker, once (Java's ``bumpIdempotentEpochAndResetIdIfNeeded``): UNINITIALIZED -> INITIALIZING,
+        READY when it is answered. The sender sends it as every other coordinator request."""
         with self._lock:
-            return not self.is_transactional and not self.has_producer_id() and not self.init_in_flight
+            if not self.is_transactional and self._state is State.UNINITIALIZED and not self.has_producer_id():
+                self._transition(State.INITIALIZING)
+                self._enqueue(InitProducerIdHandler(self, bump=False))
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
-        """The idempotent producer's InitProducerId answer."""
+        """Adopt a producer id and epoch (an InitProducerId's answer): every sequence starts again at 0."""
         with self._lock:
-            log.info("producer id %s, epoch %s", producer_id, epoch)
+            log.info("producer id %s, epoch %s%s", producer_id, epoch,
+                     f" (transactional.id={self.transactional_id})" if self.transactional_id else "")
             self._idempotence.set_producer_id_and_epoch(ProducerIdAndEpoch(producer_id, epoch))
 
     def request_reset(self, reason: str) -> None:
@@ -1169,6 +1190,8 @@ class TransactionManager:
                 return False
             self.reset_required = False
             self._idempotence.set_producer_id_and_epoch(NO_PRODUCER)
+            if self._state is State.READY:
+                self._transition(State.UNINITIALIZED)  # (request_producer_id_if_needed asks for a new one)
             for b in queued:
                 b.set_producer_state(NO_PRODUCER.producer_id, NO_PRODUCER.epoch, -1, False)
             return True

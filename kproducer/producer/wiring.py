@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from .. import __version__
+from .._version import __version__
 from ..clock import Clock, ExponentialBackoff
 from ..config import ProducerConfig
 from ..network.channel_security import ChannelSecurity

@@ -4,7 +4,7 @@ batches without a Python ``bytes`` object per row.
 A :class:`BinaryColumn` describes one Arrow ``binary``/``string`` (int32 offsets) or ``large_binary``/
 ``large_string`` (int64 offsets, ``wide``) array by its buffers; any bytes-like objects will do (a
 ``pyarrow.Buffer``, ``bytes``, a ``memoryview``), so this module does not need pyarrow. Three operations, each
-with a compiled version (``_speedups``) and a pure-Python twin here that gives identical results:
+with a compiled version (``_records``) and a pure-Python twin here that gives identical results:
 
 * :func:`extend_columns` -- ``RecordsBuffer.extend()`` for columns: append rows to a batch until it is full (the
   twin slices each row out of the data buffer and calls ``builder.try_append``: the same encoder, so the same
@@ -19,7 +19,7 @@ import array
 import sys
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
-from .accel import speedups
+from .accel import records as _records_c
 
 
 class BinaryColumn(NamedTuple):
@@ -123,8 +123,8 @@ def _column_max_length_py(col: BinaryColumn) -> int:
     return max((rows.length_of(i) for i in range(rows.length)), default=0)
 
 
-_extend_columns_c: Optional[Callable[..., int]] = getattr(speedups, "extend_columns", None)
-_RecordsBufferC: Any = getattr(speedups, "RecordsBuffer", None)
+_extend_columns_c: Optional[Callable[..., int]] = getattr(_records_c, "extend_columns", None)
+_RecordsBufferC: Any = getattr(_records_c, "RecordsBuffer", None)
 
 
 def extend_columns(builder: Any, timestamp_ms: int, keys: Optional[BinaryColumn], values: BinaryColumn,
@@ -138,7 +138,7 @@ def extend_columns(builder: Any, timestamp_ms: int, keys: Optional[BinaryColumn]
     return _extend_columns_py(builder, timestamp_ms, keys, values, indices, pos)
 
 
-column_max_length: Callable[[BinaryColumn], int] = getattr(speedups, "column_max_length", None) or _column_max_length_py
+column_max_length: Callable[[BinaryColumn], int] = getattr(_records_c, "column_max_length", None) or _column_max_length_py
 
 
 def row_indices(raw: bytes) -> Sequence[int]:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import crcmod.predefined  # type: ignore[import-untyped,unused-ignore]
 
-from .accel import speedups
+from .accel import records as _records_c
 from .compression import CODEC_NAMES, CODEC_NONE, check_codec_available, compress, decompress
 from .errors import ProtocolError
 
@@ -97,9 +97,9 @@ _crc32c_fun = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
 CRC_EXTENSION_IN_USE: bool = bool(
     getattr(sys.modules.get("crcmod.crcmod"), "_usingExtension", False)
 )
-if speedups is not None:
+if _records_c is not None:
     # kproducer's own accelerator: slicing-by-8, or the SSE4.2 instruction (several GB/s)
-    _crc32c_fun = speedups.crc32c
+    _crc32c_fun = _records_c.crc32c
 elif not CRC_EXTENSION_IN_USE:
     log.warning(
         "crcmod's C extension is not in use: CRC32C of record batches will be computed in pure "
@@ -176,7 +176,7 @@ def _zigzag_varint(n: int) -> bytes:
 
 # Precomputed encodings of 0.._TABLE_SIZE-1: the pure-Python hot path indexes these instead of encoding. With the
 # compiled builder they serve only the rare records it hands to Python: small tables (the full ones are 1.4 MB).
-_TABLE_SIZE = 1 << 14 if speedups is None else 1 << 7
+_TABLE_SIZE = 1 << 14 if _records_c is None else 1 << 7
 _VARINTS: Tuple[bytes, ...] = tuple(_zigzag_varint(i) for i in range(_TABLE_SIZE))
 # record attributes byte (always 0) followed by the timestamp delta
 _ATTRS_TS: Tuple[bytes, ...] = tuple(b"\x00" + v for v in _VARINTS)
@@ -267,7 +267,7 @@ def batch_header(attributes: int, count: int, base_timestamp: int, max_timestamp
 
 
 class _RecordsBufferPy:
-    """The encoded records of one batch: the pure-Python twin of ``_speedups.RecordsBuffer``, the
+    """The encoded records of one batch: the pure-Python twin of ``_records.RecordsBuffer``, the
     base of :class:`RecordBatchBuilder` (the compiled one is used when it is available)."""
 
     __slots__ = ("capacity", "_buf", "_len", "_count", "_base_ts", "_max_ts", "_max_rec")
@@ -395,7 +395,7 @@ class _RecordsBufferPy:
 if TYPE_CHECKING:
     _RecordsBase = _RecordsBufferPy
 else:
-    _RecordsBase = speedups.RecordsBuffer if speedups is not None else _RecordsBufferPy
+    _RecordsBase = _records_c.RecordsBuffer if _records_c is not None else _RecordsBufferPy
 
 
 class RecordBatchBuilder(_RecordsBase):

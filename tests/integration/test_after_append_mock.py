@@ -17,7 +17,6 @@ from kproducer.mock import MockCluster
 from tests.readback import consume
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(120),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -13,7 +13,7 @@ from kproducer.aio import AsyncProducer
 from tests.readback import consume
 from tests.tansu import Tansu
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
 
 pytest.importorskip("kafka")
 

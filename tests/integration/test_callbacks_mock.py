@@ -21,7 +21,7 @@ from kproducer import Producer, RecordMetadata
 from kproducer.errors import NetworkThreadDiedError, NetworkThreadWaitError
 from kproducer.mock import MockCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 TOPIC = "cb"
 PARTITIONS = 3

@@ -11,7 +11,7 @@ from kproducer import cli
 from tests.readback import consume
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 

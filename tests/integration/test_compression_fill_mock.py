@@ -17,7 +17,7 @@ from kproducer.protocol.compression import codec_from_name, is_codec_available
 from kproducer.protocol.records import RecordBatch
 from tests.readback import consume, fetch_batches
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 BATCH_SIZE = 16384
 N = 12_000  # ~1.5 MB of values: about 20 full batches with gzip, 40 with lz4

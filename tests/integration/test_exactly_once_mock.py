@@ -31,7 +31,6 @@ from kproducer.mock import MockCluster
 from kproducer.producer.partitioner import murmur2
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(240),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -32,7 +32,7 @@ from kproducer.errors import (
 from kproducer.mock import MockCluster
 from tests.sent_records import Sent
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(90)]
 
 TOPIC = "t"
 PARTITIONS = 6

@@ -34,7 +34,7 @@ from kproducer.protocol.records import RecordBatch
 from tests.readback import consume, fetch_batches
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 

@@ -23,7 +23,7 @@ import pytest
 
 from kproducer import Producer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 TOPIC = "t"
 PARTITIONS = 6

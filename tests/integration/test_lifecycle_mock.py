@@ -27,7 +27,7 @@ from kproducer import Producer
 from kproducer.mock import MockCluster
 from kproducer.producer import lifecycle
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 TOPIC = "life"
 WAIT = 60.0  # generous bound for event-driven waits on a loaded machine

@@ -23,7 +23,7 @@ from kproducer.mock import MockCluster
 from kproducer.protocol import messages as m
 from tests.readback import consume
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 TOPIC = "t"
 PARTITIONS = 3

@@ -33,7 +33,7 @@ from tests.readback import consume
 from tests.tansu import Tansu, free_port
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     # send() reports a metadata timeout through the record's future (as Java), so a producer that lost
     # its metadata no longer stops the streaming loops below by raising: bound each test instead
     pytest.mark.timeout(180),

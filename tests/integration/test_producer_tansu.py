@@ -20,7 +20,7 @@ from kproducer.protocol.compression import CODEC_GZIP, CODEC_LZ4, CODEC_SNAPPY, 
 from tests.readback import consume, fetch_batches
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 

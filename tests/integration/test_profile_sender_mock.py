@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict
+import time
+from typing import Any, Dict, List
 
 import pytest
 
@@ -13,7 +14,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import profile_sender  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 
 def test_burst_alternates_two_checkouts_each_burst_in_a_fresh_process(capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,3 +84,34 @@ def test_split_s_parts_add_up_to_the_network_thread_s_cpu() -> None:
     total = sum(per_request.values())  # = the network thread's CPU per request
     assert total > 0
     assert abs(per_request["(outside the sender iterations)"]) < 0.25 * total
+
+
+def test_paced_runs_each_client_in_a_fresh_process_and_nets_out_the_pacing_loop(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("confluent_kafka")
+    args = profile_sender.parse(["paced", "--mock", "--rate", "2000", "--seconds", "0.5", "--trials", "2",
+                                 "--clients", "null,kproducer,confluent-kafka", "--ab", REPO])
+    results = profile_sender.paced(args)
+    runs = results[2000.0]
+    assert sorted(runs) == ["confluent-kafka", "kproducer", "kproducer@ab", "null"]
+    pids = {r["pid"] for rs in runs.values() for r in rs}
+    assert len(pids) == 8  # 4 clients x 2 trials, each in its own process
+    for label in ("kproducer", "kproducer@ab"):
+        for r in runs[label]:
+            assert os.path.realpath(r["kproducer"]) == os.path.realpath(REPO)
+            assert 0 < r["net_us"] < r["cpu_us"]  # the network thread is part of the process
+            assert r["records_per_request"] >= 1 and r["wakeups_per_record"] > 0
+    assert all(r["cpu_us"] > 0 for rs in runs.values() for r in rs)
+    out = capsys.readouterr().out
+    order = [line.split()[3] for line in out.splitlines() if line.startswith("trial ")]
+    assert order[:4] == ["null", "kproducer", "confluent-kafka", "kproducer@ab"]
+    assert order[4:] == ["kproducer", "confluent-kafka", "kproducer@ab", "null"]  # the order rotates
+    assert "net of the do-nothing loop's" in out and "network thread" in out
+
+
+def test_pace_sends_the_count_asked_at_about_the_rate_asked() -> None:
+    calls: List[float] = []
+    start = time.perf_counter()
+    n = profile_sender.pace(lambda: calls.append(time.perf_counter()), 1000, 0.05)
+    assert n == len(calls) == 50
+    assert calls[-1] - start >= 0.049  # the 50th record is due 49 ms in: never ahead of the schedule

@@ -29,7 +29,7 @@ from kproducer.protocol.records import RecordBatchBuilder, read_batches
 from kproducer.protocol.schema import Api
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 

@@ -32,8 +32,6 @@ from kproducer.protocol.messages import (
     encode_response,
 )
 
-pytestmark = pytest.mark.integration
-
 MESSAGE = "authentication failed: connection closed during SASL handshake"
 #: the failure must come from the closed connection, not from this limit (before the fix: NoBrokersAvailableError
 #: after it); the error type tells the two apart, so the test needs no tight time bound
@@ -209,6 +207,7 @@ def test_a_queued_record_fails_when_a_reconnection_is_closed_during_sasl() -> No
             producer.close(5)
 
 
+@pytest.mark.broker
 def test_tansu_with_authentication_and_plain_fails_send_at_once() -> None:
     """tansu 0.6 with --authentication closes the connection at a PLAIN login (it has no PLAIN)."""
     try:

@@ -23,7 +23,7 @@ from tests.stunnel import STUNNEL_MISSING, TlsTansu, stunnel_binary
 from tests.tansu import Tansu, topic_name
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.broker,
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]
 

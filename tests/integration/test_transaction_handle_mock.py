@@ -20,7 +20,6 @@ from kproducer.producer.transaction_handle import (
 from tests.readback import consume
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(120),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -97,7 +97,6 @@ from tests.integration.test_transactions_property_mock import (
 )
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(900),  # (a failure shrinks for a while; passing runs take well under 90 s)
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -28,7 +28,6 @@ from kproducer.mock import MockCluster
 from tests.sent_records import Sent as SentRecords
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(120),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

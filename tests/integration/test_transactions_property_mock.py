@@ -79,7 +79,6 @@ from kproducer.errors import KafkaError, KafkaTimeoutError, ProducerFencedError
 from kproducer.mock import MockCluster
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(120),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -29,7 +29,6 @@ from kproducer.producer.transaction_manager import CoordinatorKey, CoordinatorTy
 from tests.readback import consume
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.timeout(180),
     pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
 ]

@@ -14,7 +14,7 @@ import pytest
 
 from kproducer.producer.partitioner import murmur2
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark]
 
 PARTITIONS = 6
 Rec = Tuple[Optional[bytes], Optional[bytes], List[Tuple[str, bytes]]]

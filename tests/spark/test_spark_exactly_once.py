@@ -324,7 +324,6 @@ def _eos_write(df: Any, cluster: MockCluster, topic: str, **options: str) -> Non
     sink_write(df, cluster.bootstrap_servers, topic, **options)
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_spark_task_failing_half_way_is_retried(spark: Any, cluster: MockCluster, consume: Callable[..., Any],
                                                 guarantee: str) -> None:
@@ -341,7 +340,6 @@ def test_spark_task_failing_half_way_is_retried(spark: Any, cluster: MockCluster
     assert committed == (Counter(range(n)) if guarantee == "exactly_once" else Counter(range(n)) + twice)
 
 
-@pytest.mark.integration
 def test_spark_job_longer_than_the_transaction_timeout(spark: Any, cluster: MockCluster,
                                                        consume: Callable[..., Any]) -> None:
     """Issue 29: 4 tasks on local[2] (two waves), each spending ~4 s in a slow Python UDF over its rows, with
@@ -368,7 +366,6 @@ def test_spark_job_longer_than_the_transaction_timeout(spark: Any, cluster: Mock
     assert sum(_values(consume, cluster, topic, n, "read_uncommitted").values()) == n
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("same_write_id", [True, False], ids=["same-write-id", "control-no-write-id"])
 def test_spark_failed_job_run_again(spark: Any, cluster: MockCluster, consume: Callable[..., Any],
                                     same_write_id: bool, tmp_path: Any) -> None:
@@ -398,7 +395,6 @@ def _stream(spark: Any, cluster: MockCluster, topic: str, checkpoint: str, rows:
     return stream(spark, cluster.bootstrap_servers, topic, checkpoint, rows, guarantee, **options)
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_spark_stream_driver_fails_in_the_commit_then_restarted(spark: Any, cluster: MockCluster,
                                                                 consume: Callable[..., Any], guarantee: str) -> None:
@@ -431,7 +427,6 @@ def test_spark_stream_driver_fails_in_the_commit_then_restarted(spark: Any, clus
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-@pytest.mark.integration
 def test_spark_stream_micro_batch_replayed_after_commit_writes_nothing(spark: Any, cluster: MockCluster,
                                                                        consume: Callable[..., Any]) -> None:
     topic = _topic(cluster, "replay")

@@ -13,7 +13,7 @@ import pytest
 
 from kproducer.producer.partitioner import murmur2
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration]
+pytestmark = [pytest.mark.spark]
 
 PARTITIONS = 6
 

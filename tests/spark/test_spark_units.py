@@ -260,7 +260,6 @@ def test_summarize_commit_messages() -> None:
     assert summarize([a, None, b]) == (5, 50, {("t", 0): (0, 4), ("t", 1): (0, 1)})
 
 
-@pytest.mark.integration
 def test_writer_write_returns_rows_bytes_and_offsets(tansu: Any) -> None:
     topic = f"spark-unit-{uuid.uuid4().hex[:8]}"
     tansu.create_topic(topic, 3)
@@ -289,7 +288,6 @@ def test_writer_write_returns_rows_bytes_and_offsets(tansu: Any) -> None:
     assert _producers.cached_count() == 0
 
 
-@pytest.mark.integration
 def test_writer_failure_names_the_cause_and_drops_the_producer(tansu: Any) -> None:
     opts = parse_options({"kafka.bootstrap.servers": tansu.bootstrap, "topic": f"no-such-{uuid.uuid4().hex[:6]}",
                           "kafka.allow.auto.create.topics": "false", "kafka.max.block.ms": "1000"})
@@ -356,7 +354,6 @@ def test_column_groups_all_null_keys_mean_no_keys() -> None:
     assert g.keys is None and _column_rows(g.values) == [b"a", b"b"] and g.rows == 2 and g.nbytes == 2
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("headers", [False, True])
 def test_writer_takes_the_columnar_path_unless_there_are_headers(tansu: Any, monkeypatch: Any,
                                                                  headers: bool) -> None:

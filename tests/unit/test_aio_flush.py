@@ -1,5 +1,5 @@
 """AsyncProducer._flush_staged's bulk append of staged keyless records: the compiled sticky cut
-(``_speedups.sticky_cut`` through ``StickyPartitioner.record_runs``) and the compiled ``RecordsBuffer.extend``
+(``_send.sticky_cut`` through ``StickyPartitioner.record_runs``) and the compiled ``RecordsBuffer.extend``
 against their Python twins (the same partitions, the same bytes), the staged records against the synchronous
 ``send()`` of the same records, and the failure paths (a closed producer, memory that runs out mid-append: each
 record fails with the right error, none is lost)."""
@@ -17,10 +17,12 @@ from kproducer.errors import BufferExhaustedError, ProducerClosedError
 from kproducer.producer import partitioner as partitioner_mod
 from kproducer.producer.admission import RECORD_OVERHEAD
 from kproducer.producer.partitioner import StickyPartitioner
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import MODULES, load
 from kproducer.protocol.records import RecordBatchBuilder, _RecordsBufferPy
 from tests.unit.producer_env import ProducerEnv, producer_env
 from tests.unit.test_fast_send import Env, _raw_batches, _records
+
+send_c = load(MODULES["producer"])
 
 TS = 1_700_000_000_000
 
@@ -29,7 +31,7 @@ def env() -> Iterator[ProducerEnv]:
     yield from producer_env(Env())
 
 
-compiled = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
+compiled = pytest.mark.skipif(send_c is None, reason="the compiled accelerator is not built (or is disabled)")
 
 
 def _values(n: int, seed: int, lengths: Sequence[int] = (0, 1, 37, 100, 900, 5000)) -> List[Optional[bytes]]:
@@ -72,8 +74,8 @@ def test_compiled_record_runs_choose_the_python_partitions(batch_size: int, keye
 
 @compiled
 def test_sticky_cut_contract() -> None:
-    assert speedups is not None
-    cut = speedups.sticky_cut
+    assert send_c is not None
+    cut = send_c.sticky_cut
     values = [b"a" * 5, None, b"bb", b"c" * 30]
     assert cut(values, None, 10, 0, 16) == (2, 25)  # the record that reaches the budget is included
     assert cut(values, None, 10, 0, 15) == (1, 15)

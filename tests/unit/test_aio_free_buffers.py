@@ -13,39 +13,59 @@ paths."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Tuple
+import threading
+from typing import Any, Callable, List, Tuple
 
 import kproducer.testing as kt
 from kproducer import Producer
 from kproducer.aio import STAGE_MAX, AsyncProducer
+from kproducer.protocol.messages import PRODUCE
 
 TOPIC = "t"
 BATCH = 16384
 MEMORY = 64 * BATCH
 
 
-async def _fill_then_drain(p: AsyncProducer) -> None:
-    """Put every byte of buffer.memory into batches (nothing is sent before the flush: linger.ms is long),
-    then flush: every batch's buffer goes back to the pool's free list."""
+def _hold_first_produce(transport: kt.ScriptedTransport) -> Callable[[], None]:
+    """A full batch is sendable before linger.ms: the network thread may send some while a fill loop runs (more
+    often on the slower pure-Python send()), and their buffers would come back. The first produce request is
+    held unanswered, and with one request in flight (the producer's setting) nothing else goes out until the
+    function returned here answers it."""
+    transport.script(PRODUCE, kt.HOLD)
+
+    def answer_held() -> None:
+        with transport._cond:  # (no request was sent yet: the script must not hold the first one after this)
+            transport.scripts.pop(PRODUCE.key, None)
+        for request in transport.held(PRODUCE):
+            transport.respond(request)
+
+    return answer_held
+
+
+async def _fill_then_drain(p: AsyncProducer, answer_held: Callable[[], None]) -> None:
+    """Put every byte of buffer.memory into batches (nothing is answered before the fill is done), then
+    flush: every batch's buffer goes back to the pool's free list."""
     pool = p.producer._pool
     sent = 0
     while pool.unallocated_memory() >= BATCH and sent < 4 * MEMORY // 1000:
         p.producer.send(TOPIC, b"f" * 1000)
         sent += 1
     assert pool.unallocated_memory() < BATCH  # (all of buffer.memory was in batches)
+    answer_held()
     await p.flush()
 
 
 def _send_after_fill(n: int) -> Tuple[int, int, int, int]:
     """(distinct runs among n sends' futures, unallocated memory, available memory, values stored)."""
     transport = kt.ScriptedTransport(brokers={1: ("broker1", 9092)}, topics={TOPIC: 3}, real_wait=True)
+    answer_held = _hold_first_produce(transport)
 
     async def main() -> Tuple[int, int, int, int]:
         producer = Producer(bootstrap_servers="broker1:9092", transport=transport, linger_ms=60_000,
-                            batch_size=BATCH, buffer_memory=MEMORY)
+                            batch_size=BATCH, buffer_memory=MEMORY, max_in_flight_requests_per_connection=1)
         async with AsyncProducer(producer=producer) as p:
             await p.partitions_for(TOPIC)
-            await _fill_then_drain(p)
+            await _fill_then_drain(p, answer_held)
             pool = p.producer._pool
             unallocated, available = pool.unallocated_memory(), pool.available_memory()
             futs: List[Any] = [await p.send(TOPIC, b"v%05d" % i) for i in range(n)]
@@ -76,24 +96,29 @@ def _send_in_the_band(n: int) -> Tuple[int, int, int]:
     sent when the pool has room for one more batch but not for a new staged run (two batches and the
     record's bound), as while the pool refills after running out."""
     transport = kt.ScriptedTransport(brokers={1: ("broker1", 9092)}, topics={TOPIC: 3}, real_wait=True)
+    # held until the fill is done and the pool's free memory read; then a timer answers it and the pool refills
+    answer_held = _hold_first_produce(transport)
 
     async def main() -> Tuple[int, int, int]:
         producer = Producer(bootstrap_servers="broker1:9092", transport=transport, linger_ms=60_000,
-                            batch_size=BATCH, buffer_memory=MEMORY)
+                            batch_size=BATCH, buffer_memory=MEMORY, max_in_flight_requests_per_connection=1)
         async with AsyncProducer(producer=producer) as p:
             await p.partitions_for(TOPIC)
             pool = p.producer._pool
             sent = 0
             while pool.available_memory() > 2 * BATCH and sent < 4 * MEMORY // 1000:
-                p.producer.send(TOPIC, b"f" * 1000)  # (nothing is sent before linger.ms or a flush)
+                p.producer.send(TOPIC, b"f" * 1000)
                 sent += 1
             free = pool.available_memory()
+            timer = threading.Timer(0.05, answer_held)
+            timer.start()
             futs: List[Any] = [await p.send(TOPIC, b"v%05d" % i) for i in range(n)]
             runs = len({id(f._run) for f in futs})
             await p.flush()
             for f in futs:
                 await f
             stored = sum(1 for part in range(3) for v in transport.log_values((TOPIC, part)) if v.startswith(b"v"))
+            timer.join()
             return runs, free, stored
 
     return asyncio.run(main())

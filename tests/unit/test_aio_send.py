@@ -1,6 +1,6 @@
 """``AsyncProducer.send()`` without a coroutine: with the accelerator, a call that the hot path takes (a
 keyless bytes value for the topic of the current keyless run) stages the record at once and returns a
-finished coroutine-like object (``_speedups.AioReady``) whose ``await`` gives the record's future; every other
+finished coroutine-like object (``_aio.AioReady``) whose ``await`` gives the record's future; every other
 call runs the Python ``async def send`` and returns its coroutine (and ``KPRODUCER_PURE_PYTHON=1`` always
 does). Both must behave as a coroutine for asyncio, and the hot path must allocate nothing the cyclic GC
 counts. On the scripted transport (no sockets); nothing here depends on speed."""
@@ -20,10 +20,12 @@ import pytest
 import kproducer.testing as kt
 from kproducer import Producer, RecordMetadata
 from kproducer.aio import STAGE_MAX, YIELD_EVERY, AsyncProducer, RecordFuture
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import MODULES, load
+
+aio_c = load(MODULES["aio"])
 
 TOPIC = "t"
-compiled = pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
+compiled = pytest.mark.skipif(aio_c is None, reason="the compiled accelerator is not built (or is disabled)")
 
 
 def run(body: Callable[[AsyncProducer, kt.ScriptedTransport], Awaitable[Any]], **settings: Any) -> Any:
@@ -54,7 +56,7 @@ async def staged_ready(p: AsyncProducer, value: bytes) -> Any:
         while p._hot.sends % 32 >= 30:
             await p.send(TOPIC, b"pad")
         r = p.send(TOPIC, value)
-        if speedups is None or type(r) is speedups.AioReady:
+        if aio_c is None or type(r) is aio_c.AioReady:
             return r
         r.close()
     raise AssertionError("send() never took the hot path")
@@ -63,8 +65,8 @@ async def staged_ready(p: AsyncProducer, value: bytes) -> Any:
 def test_send_returns_an_awaitable_that_asyncio_takes_as_a_coroutine() -> None:
     async def body(p: AsyncProducer, transport: kt.ScriptedTransport) -> None:
         r = await staged_ready(p, b"ready")
-        if speedups is not None:
-            assert type(r) is speedups.AioReady and not gc.is_tracked(r)
+        if aio_c is not None:
+            assert type(r) is aio_c.AioReady and not gc.is_tracked(r)
         assert asyncio.iscoroutine(r) and isinstance(r, collections.abc.Coroutine) and inspect.isawaitable(r)
         fut = await r
         assert isinstance(fut, RecordFuture) and not fut.done()
@@ -99,7 +101,7 @@ def test_a_send_result_never_awaited_warns_and_its_staged_record_is_sent_all_the
     async def body(p: AsyncProducer, transport: kt.ScriptedTransport) -> None:
         with pytest.warns(RuntimeWarning, match="coroutine 'AsyncProducer.send' was never awaited"):
             r = await staged_ready(p, b"dropped")
-            ready = speedups is not None and type(r) is speedups.AioReady
+            ready = aio_c is not None and type(r) is aio_c.AioReady
             del r
             gc.collect()
         await p.flush()
@@ -108,7 +110,7 @@ def test_a_send_result_never_awaited_warns_and_its_staged_record_is_sent_all_the
         assert (b"dropped" in stored(transport)) is ready
 
     run(body)
-    assert outcome == [speedups is not None]
+    assert outcome == [aio_c is not None]
 
 
 def test_close_throw_and_a_second_await_behave_as_a_coroutines() -> None:
@@ -130,7 +132,7 @@ def test_close_throw_and_a_second_await_behave_as_a_coroutines() -> None:
         assert isinstance(fut, RecordFuture) and (await fut).serialized_value_size == 5
         # a closed or thrown-into coroutine is finished: with the accelerator the record was staged by the call
         values = stored(transport)
-        assert (b"closed" in values) is (b"thrown" in values) is (speedups is not None)
+        assert (b"closed" in values) is (b"thrown" in values) is (aio_c is not None)
 
     run(body)
 
@@ -155,7 +157,7 @@ def test_calls_the_hot_path_does_not_take_run_the_python_send() -> None:
             r = p.send(TOPIC, b"y")
             kinds.append(inspect.iscoroutine(r))
             await r
-        assert sum(kinds) >= 2 if speedups is not None else all(kinds)
+        assert sum(kinds) >= 2 if aio_c is not None else all(kinds)
 
     run(body)
 
@@ -190,10 +192,10 @@ def test_send_keeps_its_signature_docstring_and_coroutine_function_marks() -> No
     assert AsyncProducer.send.__doc__ and "RecordFuture" in AsyncProducer.send.__doc__
     assert AsyncProducer.send.__name__ == "send" and AsyncProducer.send.__qualname__ == "AsyncProducer.send"
     assert asyncio.iscoroutinefunction(AsyncProducer.send)
-    if sys.version_info >= (3, 11) or speedups is None:  # (3.9/3.10's inspect accepts only real functions)
+    if sys.version_info >= (3, 11) or aio_c is None:  # (3.9/3.10's inspect accepts only real functions)
         assert inspect.iscoroutinefunction(AsyncProducer.send)
-    if speedups is not None:
-        assert type(AsyncProducer.__dict__["send"]) is speedups.AioSendMethod
+    if aio_c is not None:
+        assert type(AsyncProducer.__dict__["send"]) is aio_c.AioSendMethod
         assert inspect.iscoroutinefunction(AsyncProducer.send.__wrapped__)  # type: ignore[attr-defined]
 
 

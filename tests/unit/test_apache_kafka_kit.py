@@ -69,6 +69,7 @@ def test_listener_not_started_is_named() -> None:
         kafka.bootstrap_servers_for("SASL_SSL")
 
 
+@pytest.mark.needs("cryptography")
 def test_configuration_of_every_listener_and_user(tmp_path: Any) -> None:
     """The files a start writes: each broker serves every listener, PLAIN knows every user, the CA signed the
     brokers' keystore, the admin user is always there, and no password sits in a world-readable file."""
@@ -128,6 +129,7 @@ def test_start_tries_new_ports_when_a_port_was_taken_and_only_then(monkeypatch: 
     assert len(ports_seen) == 1
 
 
+@pytest.mark.needs("cryptography")
 def test_start_tries_new_ports_when_two_listeners_got_the_same_port(monkeypatch: Any, tmp_path: Any) -> None:
     """Kafka refuses a node whose listeners share a port ("Each listener must have a different port"): a port
     race like a taken port, so the start begins again on new ports."""

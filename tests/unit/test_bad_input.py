@@ -27,9 +27,11 @@ from kproducer.aio import AsyncProducer
 from kproducer.config import _ALIASES, SETTINGS, ProducerConfig
 from kproducer.errors import ConfigError, KafkaTimeoutError
 from kproducer.protocol import messages as m
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import MODULES, load
 from tests.unit.producer_env import ProducerEnv, producer_env
 from tests.unit.scripted import HOLD
+
+send_c = load(MODULES["producer"])
 
 TOPIC = "t"
 LONG_MAX = 2**63 - 1
@@ -158,7 +160,7 @@ def test_async_producer_refuses_bad_timestamps_and_partitions(env: Env) -> None:
     assert env.selector.log_values((TOPIC, 1)) == [b"g0", b"g1", b"edge"]
 
 
-@pytest.mark.skipif(speedups is None, reason="the compiled accelerator is not built (or is disabled)")
+@pytest.mark.skipif(send_c is None, reason="the compiled accelerator is not built (or is disabled)")
 def test_the_compiled_fast_path_hands_out_of_range_timestamps_to_python(env: Env) -> None:
     # the fast path takes in-range ints itself and leaves everything else to the Python send() (which says
     # what is wrong): a timestamp that overflows C's long long must not raise OverflowError from C

@@ -13,7 +13,7 @@ from kproducer.errors import MessageTooLargeError
 from kproducer.producer.columnar import _column_partitions_py, column_partitions, send_columns
 from kproducer.producer.partitioner import murmur2
 from kproducer.protocol import messages as m
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import records as records_c
 from kproducer.protocol.columns import (
     BinaryColumn,
     _column_max_length_py,
@@ -56,7 +56,7 @@ def _column(values: List[Optional[bytes]], layout: str) -> Column:
 
 LAYOUTS = ["plain", "arrow", "sliced", "large", "string"]
 EXTENDS: Dict[str, Callable[..., int]] = {"py": _extend_columns_py}
-if speedups is not None:
+if records_c is not None:
     EXTENDS["compiled"] = extend_columns
 
 
@@ -242,11 +242,11 @@ def test_send_columns_needs_a_producer_without_per_record_settings(env: Env) -> 
         send_columns(with_serializer, "t", BinaryColumn.from_values([b"a"]))
 
 
-@pytest.mark.skipif(speedups is None, reason="compiled accelerator not built")
+@pytest.mark.skipif(records_c is None, reason="compiled accelerator not built")
 def test_compiled_functions_check_their_arguments() -> None:
     col = BinaryColumn.from_values([b"a"])
-    assert speedups is not None
-    fn = speedups.extend_columns  # (extend_columns() itself hands a pure-Python builder to the twin)
+    assert records_c is not None
+    fn = records_c.extend_columns  # (extend_columns() itself hands a pure-Python builder to the twin)
     with pytest.raises(TypeError, match="BinaryColumn"):
         fn(RecordBatchBuilder(100), 0, None, (b"", b""), range(1), 0)
     with pytest.raises(TypeError, match="RecordsBuffer"):

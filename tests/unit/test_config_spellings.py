@@ -17,6 +17,7 @@ def make(**settings: Any) -> ProducerConfig:
     return ProducerConfig({**BASE, **{k.replace("__", "."): v for k, v in settings.items()}})
 
 
+@pytest.mark.needs("lz4")
 def test_a_confluent_kafka_configuration_is_accepted_as_is() -> None:
     cfg = ProducerConfig({**BASE, "queue.buffering.max.ms": "20", "compression.codec": "lz4",
                           "message.timeout.ms": 300000, "message.max.bytes": 2000000, "message.send.max.retries": 10,

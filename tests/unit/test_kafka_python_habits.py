@@ -12,7 +12,9 @@ from kproducer import Producer
 from kproducer.errors import KafkaError
 from kproducer.mock import MockCluster
 from kproducer.producer.future import CALLBACK_CODES, RecordMetadata
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import MODULES, load
+
+send_c = load(MODULES["producer"])
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +144,7 @@ def test_a_lambda_written_in_a_loop_is_checked_once_and_keeps_the_compiled_path(
             producer.send("t", b"v", callback=lambda md, exc: seen.append(1))
         code = (lambda md, exc: seen.append(1)).__code__  # (another lambda: its own code)
         assert id(code) not in CALLBACK_CODES
-        if speedups is not None:
+        if send_c is not None:
             fast = producer._fast
             assert fast is not None
             hits = fast.hits
@@ -175,7 +177,7 @@ def test_the_compiled_send_checks_the_callback_too(cluster: MockCluster) -> None
         for _ in range(3):
             with pytest.raises(TypeError, match="callback"):
                 p.send("t", b"v", partition=0, callback=lambda md: None)
-        if speedups is not None:
+        if send_c is not None:
             assert p._fast is not None
             hits = p._fast.hits
             for _ in range(3):

@@ -15,7 +15,7 @@ from kproducer.clock import FakeClock
 from kproducer.mock import MockCluster
 from kproducer.producer.metrics import CALL_TIMERS, PRODUCER_METRICS
 from kproducer.protocol import messages as m
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import records as records_c
 from kproducer.protocol.records import RecordBatch, RecordBatchBuilder, _RecordsBufferPy
 from tests.unit.scripted import HOLD, Harness, ScriptedSelector, SentRequest
 
@@ -62,8 +62,8 @@ def test_builders_keep_the_size_of_their_largest_record(builder_class: Any) -> N
     assert bulk.extend(0, [k for k, _v, _h in records], [v for _k, v, _h in records], [h for _k, _v, h in records],
                        range(len(records)), 0) == len(records)
     assert bulk._max_rec == max(lengths)
-    if builder_class is RecordBatchBuilder and speedups is not None:
-        assert isinstance(b, speedups.RecordsBuffer)  # the compiled writer's own bookkeeping was checked
+    if builder_class is RecordBatchBuilder and records_c is not None:
+        assert isinstance(b, records_c.RecordsBuffer)  # the compiled writer's own bookkeeping was checked
 
 
 # -- record-size-avg / -max ----------------------------------------------------------------------------

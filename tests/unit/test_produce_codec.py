@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kproducer.protocol import messages as m
-from kproducer.protocol.accel import speedups
+from kproducer.protocol.accel import records as records_c
 from kproducer.protocol.errors import ProtocolError
 from kproducer.protocol.messages.produce import _join_record_parts
 from kproducer.protocol.schema import Api, SchemaError
@@ -100,27 +100,27 @@ def test_compiled_request_encoder_is_the_python_fast_path_twin(version: int, bod
                                                                rest: bytes) -> None:
     """The compiled encoder's parts join to the Python fast path's bytes (and the schema codec's), records given
     whole or in parts (a batch's header and a view of its records); it gives up where the Python path does."""
-    if speedups is None:
+    if records_c is None:
         pytest.skip("the compiled accelerator is not in use")
     store = bytearray(head + rest)
     in_parts = {**body, "topic_data": [*body["topic_data"], {"name": "t", "partition_data": [
         {"index": 1, "records": (head, memoryview(store)[len(head):])},
         {"index": 2, "records": (memoryview(store), bytearray(rest), b"")}]}]}
     for b in (body, in_parts):
-        compiled = speedups.encode_produce_request(version, b)
+        compiled = records_c.encode_produce_request(version, b)
         python = PRODUCE._encode_request_parts(version, b)
         assert compiled is not None
         joined = b"".join(compiled)
         assert joined == b"".join(python) == _generic_encode(version, _join_record_parts(b))
     # the records views are handed over as they are, not copied
-    views = [p for p in speedups.encode_produce_request(version, in_parts) if type(p) is memoryview]
+    views = [p for p in records_c.encode_produce_request(version, in_parts) if type(p) is memoryview]
     given = [pd["records"] for pd in in_parts["topic_data"][-1]["partition_data"]]
     assert any(v is given[0][1] for v in views) and any(v is given[1][0] for v in views)
     # what the Python fast path hands to the schema codec, the compiled one does too
     for odd in ({**body, "acks": True}, {**body, "extra": 1}, {**body, "topic_data": [{"name": "t"}]},
                 {**body, "topic_data": [{"name": "t", "partition_data": [{"index": 2**31, "records": None}]}]},
                 {**body, "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": [b"x"]}]}]}):
-        assert speedups.encode_produce_request(version, odd) is None
+        assert records_c.encode_produce_request(version, odd) is None
         with pytest.raises(Exception):
             PRODUCE._encode_request_parts(version, odd)
 
@@ -131,12 +131,12 @@ def test_compiled_response_decoder_is_the_python_fast_path_twin(version: int, bo
                                                                 cut: int) -> None:
     """The compiled decoder returns what ProduceApi._decode_response_fast returns, and None exactly where the
     Python fast path gives up (tagged fields, record errors, truncated data) for the generic decoder."""
-    if speedups is None:
+    if records_c is None:
         pytest.skip("the compiled accelerator is not in use")
     data = b"\x00\x00" + PRODUCE.encode_response(version, body)
     for chunk in (data, data[:len(data) - cut]):
         part, mutable, top = PRODUCE._partition_defaults(version)
-        compiled = speedups.decode_produce_response(chunk, 2, version, part, mutable, top)
+        compiled = records_c.decode_produce_response(chunk, 2, version, part, mutable, top)
         try:
             python: Optional[Dict[str, Any]] = PRODUCE._decode_response_fast(version, chunk, 2)
         except Exception:
@@ -145,7 +145,7 @@ def test_compiled_response_decoder_is_the_python_fast_path_twin(version: int, bo
 
 
 def test_compiled_response_decoder_takes_the_common_case() -> None:
-    if speedups is None:
+    if records_c is None:
         pytest.skip("the compiled accelerator is not in use")
     body = {"responses": [{"name": "topic", "partition_responses": [
         {"index": i, "error_code": 0, "base_offset": 100 * i, "log_append_time_ms": -1, "log_start_offset": 0}
@@ -153,7 +153,7 @@ def test_compiled_response_decoder_takes_the_common_case() -> None:
     for version in VERSIONS:
         data = PRODUCE.encode_response(version, body)
         part, mutable, top = PRODUCE._partition_defaults(version)
-        decoded = speedups.decode_produce_response(data, 0, version, part, mutable, top)
+        decoded = records_c.decode_produce_response(data, 0, version, part, mutable, top)
         assert decoded is not None and decoded == _generic_decode(version, data)
         assert [p["base_offset"] for p in decoded["responses"][0]["partition_responses"]] == [0, 100, 200, 300, 400,
                                                                                              500]

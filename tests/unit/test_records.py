@@ -126,7 +126,7 @@ def test_warning_logged_when_crc_extension_missing(
     # kproducer's own accelerator (which replaces crcmod when it is compiled)
     import kproducer.protocol.accel as accel
 
-    monkeypatch.setattr(accel, "speedups", None)
+    monkeypatch.setattr(accel, "records", None)
     monkeypatch.setattr(sys.modules["crcmod.crcmod"], "_usingExtension", False, raising=False)
     spec = importlib.util.spec_from_file_location(
         "kproducer.protocol._records_probe", records.__file__

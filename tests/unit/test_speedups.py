@@ -1,8 +1,13 @@
-"""The compiled accelerator must produce exactly what the pure-Python code produces."""
+"""The compiled accelerators (one per layer) must produce exactly what the pure-Python code produces; and how they
+are loaded (kproducer/protocol/accel.py)."""
 from __future__ import annotations
 
+import logging
 import math
+import os
 import random
+import subprocess
+import sys
 from typing import List, Optional, Tuple
 
 import crcmod.predefined  # type: ignore[import-untyped]
@@ -12,8 +17,9 @@ from kproducer.producer.partitioner import _murmur2_py
 from kproducer.protocol import accel
 from kproducer.protocol.records import RecordBatchBuilder, read_batches
 
-speedups = accel.speedups
-pytestmark = pytest.mark.skipif(speedups is None, reason="compiled accelerator not built")
+records_c = accel.records
+send_c = accel.load(accel.MODULES["producer"])
+compiled = pytest.mark.skipif(records_c is None or send_c is None, reason="compiled accelerator not built")
 
 _crcmod = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
 
@@ -34,16 +40,18 @@ def _random_record(rng: random.Random) -> Tuple[int, Optional[bytes], Optional[b
     return ts, blob(), blob(), headers
 
 
+@compiled
 def test_the_compiled_bases_are_in_use() -> None:
-    assert speedups is not None
+    assert records_c is not None and send_c is not None
     from kproducer.producer.future import FutureRecordMetadata
 
-    assert issubclass(RecordBatchBuilder, speedups.RecordsBuffer)
-    assert issubclass(FutureRecordMetadata, speedups.FutureBase)
+    assert issubclass(RecordBatchBuilder, records_c.RecordsBuffer)
+    assert issubclass(FutureRecordMetadata, send_c.FutureBase)
 
 
+@compiled
 def test_builder_bytes_identical() -> None:
-    assert speedups is not None
+    assert records_c is not None
     rng = random.Random(42)
     for _trial in range(30):
         cap = rng.choice([200, 16384, 1 << 20])
@@ -59,6 +67,7 @@ def test_builder_bytes_identical() -> None:
         assert batch.record_count == c.record_count
 
 
+@compiled
 def test_many_headers_fall_back_to_python() -> None:
     headers = [(f"h{i}", b"v") for i in range(40)]
     py = RecordBatchBuilder(1 << 20)
@@ -67,6 +76,7 @@ def test_many_headers_fall_back_to_python() -> None:
     assert py.build() == c.build()
 
 
+@compiled
 def test_type_errors_match() -> None:
     b = RecordBatchBuilder(1 << 20)
     with pytest.raises(TypeError):
@@ -76,42 +86,46 @@ def test_type_errors_match() -> None:
     assert b.record_count == 0
 
 
+@compiled
 def test_murmur2_identical() -> None:
-    assert speedups is not None
+    assert records_c is not None
     rng = random.Random(7)
     for n in range(0, 70):
         data = rng.randbytes(n)
-        assert speedups.murmur2(data) == _murmur2_py(data)
-    assert speedups.murmur2(b"21") == -973932308
+        assert records_c.murmur2(data) == _murmur2_py(data)
+    assert records_c.murmur2(b"21") == -973932308
 
 
+@compiled
 def test_crc32c_identical() -> None:
-    assert speedups is not None
+    assert records_c is not None
     rng = random.Random(3)
-    assert speedups.crc32c(b"123456789") == 0xE3069283
+    assert records_c.crc32c(b"123456789") == 0xE3069283
     for n in list(range(0, 40)) + [1000, 65537]:
         data = rng.randbytes(n)
-        assert speedups.crc32c(data) == _crcmod(data)
+        assert records_c.crc32c(data) == _crcmod(data)
         # continuing a CRC over a split buffer
         cut = n // 3
-        assert speedups.crc32c(data[cut:], speedups.crc32c(data[:cut])) == _crcmod(data)
+        assert records_c.crc32c(data[cut:], records_c.crc32c(data[:cut])) == _crcmod(data)
         # unaligned views
-        assert speedups.crc32c(memoryview(data)[1:]) == _crcmod(data[1:])
+        assert records_c.crc32c(memoryview(data)[1:]) == _crcmod(data[1:])
 
 
+@compiled
 def test_crc32c_identical_around_the_interleaved_block_sizes() -> None:
     """The SSE4.2 path runs three streams over blocks of 3 x 2048 and 3 x 256 bytes and combines them:
     lengths at and around those sizes, from every alignment, continuing a CRC, give the reference CRC."""
-    assert speedups is not None
+    assert records_c is not None
     rng = random.Random(11)
     for n in (255, 256, 257, 767, 768, 769, 6143, 6144, 6145, 6144 + 768, 16384 - 61, 16384, 3 * 6144 + 7):
         data = rng.randbytes(n + 8)
         for offset in range(8):
             chunk = data[offset:offset + n]
-            assert speedups.crc32c(memoryview(data)[offset:offset + n]) == _crcmod(chunk)
-        assert speedups.crc32c(data[n // 2:], speedups.crc32c(data[:n // 2])) == _crcmod(data)
+            assert records_c.crc32c(memoryview(data)[offset:offset + n]) == _crcmod(chunk)
+        assert records_c.crc32c(data[n // 2:], records_c.crc32c(data[:n // 2])) == _crcmod(data)
 
 
+@compiled
 def test_extend_matches_one_by_one_appends() -> None:
     rng = random.Random(11)
     records = [_random_record(rng) for _ in range(300)]
@@ -139,10 +153,11 @@ def test_extend_matches_one_by_one_appends() -> None:
     assert [r.value for r in read_batches(b.build())[0].records] == [b"a", None, b"c"]
 
 
+@compiled
 def test_builder_bytes_identical_into_reused_buffers() -> None:
     """Both builders write into given buffers (dirty, as the BufferPool hands them out) in place: same bytes,
     same storage sizes."""
-    assert speedups is not None
+    assert records_c is not None
     rng = random.Random(7)
     for _trial in range(30):
         cap = rng.choice([300, 16384, 1 << 18])
@@ -156,10 +171,11 @@ def test_builder_bytes_identical_into_reused_buffers() -> None:
         assert py.build(7, 1, 3) == c.build(7, 1, 3)
 
 
+@compiled
 def test_bytes_longest_matches_its_python_twin() -> None:
     from kproducer.producer.admission import _bytes_longest_py, bytes_longest
 
-    assert bytes_longest is speedups.bytes_longest
+    assert bytes_longest is records_c.bytes_longest
     rng = random.Random(7)
     cases: List[object] = [
         [], (), [None], [b""], [b"a", None, b"abc"], (b"xy", b"z"), [b"a"] * 3 + [b"b" * 300],
@@ -168,18 +184,19 @@ def test_bytes_longest_matches_its_python_twin() -> None:
         [rng.randbytes(rng.randint(0, 2000)) if rng.random() < 0.9 else None for _ in range(500)],
     ]
     for items in cases:
-        assert speedups.bytes_longest(items) == _bytes_longest_py(items), items  # type: ignore[arg-type]
-    assert speedups.bytes_longest([b"a", None, b"abc"]) == 3
-    assert speedups.bytes_longest([b"abc", "x"]) == -1
+        assert records_c.bytes_longest(items) == _bytes_longest_py(items), items  # type: ignore[arg-type]
+    assert records_c.bytes_longest([b"a", None, b"abc"]) == 3
+    assert records_c.bytes_longest([b"abc", "x"]) == -1
     with pytest.raises(TypeError, match="takes a sequence"):
-        speedups.bytes_longest(3)
+        records_c.bytes_longest(3)
 
 
+@compiled
 def test_batch_header_matches_its_python_twin() -> None:
     """RecordsBuffer.batch_header (the 61-byte header of a produce request's batch, CRC included) makes the bytes
     its twin does, over records of every shape, for each producer state, and both refuse the same out-of-range
     fields with ValueError."""
-    assert speedups is not None
+    assert records_c is not None
     from kproducer.protocol.records import _RecordsBufferPy
 
     rng = random.Random(7)
@@ -188,7 +205,7 @@ def test_batch_header_matches_its_python_twin() -> None:
     for trial in range(40):
         cap = rng.choice([200, 16384])
         storage = rng.choice([None, 16384])  # the builder's own storage, or a pool-sized one
-        c = speedups.RecordsBuffer(cap, None if storage is None else bytearray(storage))
+        c = records_c.RecordsBuffer(cap, None if storage is None else bytearray(storage))
         py = _RecordsBufferPy(cap, None if storage is None else bytearray(storage))
         for _ in range(rng.randint(0 if trial == 0 else 1, 60)):
             rec = _random_record(rng)
@@ -219,11 +236,12 @@ def _copy_into_builder(src: "object", cap: int) -> RecordBatchBuilder:
     return b
 
 
+@compiled
 def test_produce_request_stats_match_their_python_twin() -> None:
     """The figures of a produce request's batches for the metrics (record_produce_request): the same values and
     types from the compiled function as from its twin, over plain, compressed, built, empty and multi-topic
     batches."""
-    assert speedups is not None
+    assert send_c is not None
     from kproducer.producer.batch import ProducerBatch
     from kproducer.producer.metrics import _request_stats_py
 
@@ -242,44 +260,46 @@ def test_produce_request_stats_match_their_python_twin() -> None:
                 b.records()  # built: its size is exact
             b.drained_ms = 1000.0 + rng.random() * 100  # (sometimes before created_ms: counted as 0)
             batches.append(b)
-        compiled = speedups.produce_request_stats(batches)
+        compiled = send_c.produce_request_stats(batches)
         twin = _request_stats_py(batches)
         assert compiled == twin
         assert [type(x) for x in compiled[:-1]] == [type(x) for x in twin[:-1]]
         assert {t: [type(x) for x in v] for t, v in compiled[-1].items()} == \
             {t: [type(x) for x in v] for t, v in twin[-1].items()}
     with pytest.raises(TypeError):
-        speedups.produce_request_stats(None)
+        send_c.produce_request_stats(None)
 
 
+@compiled
 def test_bytearray_exported_matches_its_python_twin() -> None:
-    assert speedups is not None
+    assert send_c is not None
     from kproducer.producer.buffer_pool import _in_use_py
 
     buf = bytearray(b"abc")
-    assert not speedups.bytearray_exported(buf) and not _in_use_py(buf)
+    assert not send_c.bytearray_exported(buf) and not _in_use_py(buf)
     view = memoryview(buf)
-    assert speedups.bytearray_exported(buf) and _in_use_py(buf)
+    assert send_c.bytearray_exported(buf) and _in_use_py(buf)
     sub = view[1:]
     view.release()
-    assert speedups.bytearray_exported(buf) and _in_use_py(buf)  # the slice still holds it
+    assert send_c.bytearray_exported(buf) and _in_use_py(buf)  # the slice still holds it
     sub.release()
-    assert not speedups.bytearray_exported(buf) and not _in_use_py(buf)
+    assert not send_c.bytearray_exported(buf) and not _in_use_py(buf)
     assert buf == b"abc"  # (the twin's probe leaves it as it was)
     empty = bytearray()
     with memoryview(empty):
-        assert not speedups.bytearray_exported(empty) and not _in_use_py(empty)  # never a pool buffer
+        assert not send_c.bytearray_exported(empty) and not _in_use_py(empty)  # never a pool buffer
     with pytest.raises(TypeError):
-        speedups.bytearray_exported(b"bytes")
+        send_c.bytearray_exported(b"bytes")
 
 
+@compiled
 def test_sensor_recording_matches_its_python_twin() -> None:
     """metrics.Sensor records in C (SensorBase): the same samples, windows, purges and lifetime totals as its
     twin over random values and times (window rolls, idle gaps longer than the monitored window)."""
-    assert speedups is not None
+    assert send_c is not None
     from kproducer.producer.metrics import MetricConfig, Sensor, _SensorPy
 
-    assert issubclass(Sensor, speedups.SensorBase)
+    assert issubclass(Sensor, send_c.SensorBase)
 
     class PySensor(_SensorPy):  # Sensor's reading half over the twin's recording
         __slots__ = ()
@@ -314,3 +334,86 @@ def test_sensor_recording_matches_its_python_twin() -> None:
             assert a == b or (math.isnan(a) and math.isnan(b))  # (NaN when nothing is live)
     with pytest.raises(ValueError, match="samples"):
         Sensor(MetricConfig(0, 100.0))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Loading: one compiled module per layer (kproducer/protocol/accel.py)
+
+
+@compiled
+def test_each_layer_has_its_own_compiled_module() -> None:
+    """The types live in the module of the layer they serve, and producer/_send.c reaches the record encoder
+    through protocol/_records.c's C API capsule (never the reverse)."""
+    assert records_c is not None and send_c is not None
+    aio_c = accel.load(accel.MODULES["aio"])
+    netio_c = accel.load(accel.MODULES["network"])
+    assert aio_c is not None and netio_c is not None
+    assert records_c.RecordsBuffer.__module__ == "kproducer.protocol._records"
+    assert send_c.FastSend.__module__ == send_c.SendMethod.__module__ == "kproducer.producer._send"
+    assert aio_c.AioSendMethod.__module__ == "kproducer._aio"
+    assert type(records_c._C_API).__name__ == "PyCapsule"
+    assert not hasattr(records_c, "FastSend") and not hasattr(records_c, "AioFuture")
+    assert accel.implementations() == dict.fromkeys(accel.MODULES, "compiled")
+    assert accel.IMPLEMENTATION == "compiled"
+
+
+def test_a_missing_module_leaves_its_layer_on_python_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(accel, "FORCED_PURE", False)
+    monkeypatch.setattr(accel, "_loaded", {accel.MODULES["protocol"]: object()})  # (the protocol layer: built)
+    monkeypatch.setitem(accel.MODULES, "producer", "kproducer.producer._not_built")
+    monkeypatch.setitem(accel.MODULES, "aio", "kproducer._not_built_either")
+    with caplog.at_level(logging.DEBUG, logger=accel.__name__):
+        assert accel.load(accel.MODULES["producer"]) is None
+        assert accel.load(accel.MODULES["producer"]) is None  # (cached: not tried, nor logged, again)
+        assert accel.load(accel.MODULES["aio"]) is None
+    told = [r for r in caplog.records if r.name == accel.__name__]
+    assert [r.levelno for r in told] == [logging.INFO, logging.DEBUG]  # once at INFO, whatever else is missing
+    assert "kproducer.producer._not_built" in told[0].getMessage()
+    assert "pure-Python" in told[0].getMessage() and "No module named" in told[0].getMessage()
+    impls = accel.implementations()
+    assert impls["protocol"] == "compiled" and impls["producer"] == impls["aio"] == "pure-python"
+    assert accel.IMPLEMENTATION.startswith("mixed (protocol compiled, ")
+
+
+def test_pure_python_forced_loads_nothing_and_logs_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(accel, "FORCED_PURE", True)
+    monkeypatch.setattr(accel, "_loaded", {})
+    with caplog.at_level(logging.DEBUG, logger=accel.__name__):
+        assert all(accel.load(name) is None for name in accel.MODULES.values())
+    assert not [r for r in caplog.records if r.name == accel.__name__]
+    assert accel.IMPLEMENTATION == "pure-python"
+    assert not hasattr(accel, "speedups")  # (the single module of old is gone)
+
+
+def test_the_environment_variable_forces_every_layer_onto_python() -> None:
+    code = ("import kproducer, kproducer.aio\nfrom kproducer.protocol import accel\n"
+            "from kproducer.producer import kafka_producer\n"
+            "print(accel.IMPLEMENTATION, kafka_producer._send_c is None, type(kafka_producer.Producer.send).__name__)")
+    for value, expected in (("1", "pure-python True function"), ("yes", "pure-python True function")):
+        env = {**os.environ, "KPRODUCER_PURE_PYTHON": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split("\n")[0] == expected
+
+
+@compiled
+def test_without_the_protocol_module_the_producer_module_stays_out_too() -> None:
+    """producer/_send.c needs protocol/_records.c's C API: with _records not there (as if not built), both
+    layers run their twins, the others stay compiled, and a producer works."""
+    code = ("import sys\nsys.modules['kproducer.protocol._records'] = None  # (import raises ImportError)\n"
+            "import kproducer, kproducer.aio\nfrom kproducer.protocol import accel\n"
+            "from kproducer.producer.future import FutureRecordMetadata\n"
+            "from kproducer.protocol.records import RecordBatchBuilder\n"
+            "print(sorted(accel.implementations().items()))\n"
+            "print(FutureRecordMetadata.__mro__[1].__name__, RecordBatchBuilder.__mro__[1].__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "KPRODUCER_PURE_PYTHON"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0] == str([("aio", "compiled"), ("network", "compiled"), ("producer", "pure-python"),
+                            ("protocol", "pure-python")])
+    assert lines[1] == "_FutureFieldsPy _RecordsBufferPy"

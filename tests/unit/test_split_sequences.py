@@ -198,6 +198,7 @@ def test_a_split_batch_with_a_later_batch_in_flight() -> None:
 # -- end to end on the MockCluster ---------------------------------------------------------------------
 
 
+@pytest.mark.needs("kafka")
 @pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
 def test_split_parts_are_written_once_on_the_mock_cluster() -> None:
     """The mock broker checks each part's sequence (as Apache Kafka's ProducerStateManager): overlapping parts

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..accel import speedups
+from ..accel import records as _records_c
 from ..schema import Api, Field, Struct
 
 # --------------------------------------------------------------------------------------------
@@ -90,8 +90,8 @@ class ProduceApi(Api):
     def encode_request_parts(self, version: int, body: Dict[str, Any]) -> List[Any]:
         if not 3 <= version <= 12:
             return [super().encode_request(version, body)]
-        if speedups is not None:  # the compiled twin (fewer, larger parts; the same bytes)
-            parts: Optional[List[Any]] = speedups.encode_produce_request(version, body)
+        if _records_c is not None:  # the compiled twin (fewer, larger parts; the same bytes)
+            parts: Optional[List[Any]] = _records_c.encode_produce_request(version, body)
             if parts is not None:
                 return parts
         else:
@@ -183,11 +183,11 @@ class ProduceApi(Api):
     def decode_response(self, version: int, data: bytes, pos: int = 0) -> Dict[str, Any]:
         if 3 <= version <= 12:
             try:
-                if speedups is None:
+                if _records_c is None:
                     return self._decode_response_fast(version, data, pos)
                 # its compiled twin (None: not the common case)
                 part, mutable, top = self._partition_defaults(version)
-                decoded: Optional[Dict[str, Any]] = speedups.decode_produce_response(data, pos, version, part,
+                decoded: Optional[Dict[str, Any]] = _records_c.decode_produce_response(data, pos, version, part,
                                                                                      mutable, top)
                 if decoded is not None:
                     return decoded

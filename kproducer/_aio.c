@@ -420,16 +420,8 @@ static int aio_module_init(PyObject *mod) {
         return -1;
     if (PyType_Ready(&AioDoneType) < 0 || PyType_Ready(&AioFutureType) < 0 || PyType_Ready(&AioHotType) < 0)
         return -1;
-    Py_INCREF(&AioHotType);
-    if (PyModule_AddObject(mod, "AioHot", (PyObject *)&AioHotType) < 0) {
-        Py_DECREF(&AioHotType);
-        return -1;
-    }
-    Py_INCREF(&AioFutureType);
-    if (PyModule_AddObject(mod, "AioFuture", (PyObject *)&AioFutureType) < 0) {
-        Py_DECREF(&AioFutureType);
-        return -1;
-    }
+    if (PyModule_AddType(mod, &AioHotType) < 0) return -1;
+    if (PyModule_AddType(mod, &AioFutureType) < 0) return -1;
     return 0;
 }
 
@@ -630,24 +622,14 @@ python:
 }
 
 static int AioSendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
-    PyObject *func;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "O:AioSendMethod", &func)) return -1;
-    if (!PyCallable_Check(func)) {
-        PyErr_SetString(PyExc_TypeError, "AioSendMethod(func): func must be callable");
-        return -1;
-    }
-    Py_XSETREF(self->func, Py_NewRef(func));
-    self->vectorcall = (vectorcallfunc)AioSendMethod_vectorcall;
-    return 0;
+    return SendMethod_init_with(self, args, "AioSendMethod", (vectorcallfunc)AioSendMethod_vectorcall);
 }
 
 static PyObject *AioSendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     (void)args;
     (void)kwds;
-    SendMethod *self = (SendMethod *)type->tp_alloc(type, 0);
-    if (self != NULL) self->vectorcall = (vectorcallfunc)AioSendMethod_vectorcall;
-    return (PyObject *)self;
+    return SendMethod_new_with(type, (vectorcallfunc)AioSendMethod_vectorcall);
 }
 
 static PyTypeObject AioSendMethodType = {
@@ -742,16 +724,8 @@ static int aiosend_module_init(PyObject *mod) {
         return -1;
     if (PyType_Ready(&AioReadyType) < 0 || PyType_Ready(&AioSendMethodType) < 0)
         return -1;
-    Py_INCREF(&AioReadyType);
-    if (PyModule_AddObject(mod, "AioReady", (PyObject *)&AioReadyType) < 0) {
-        Py_DECREF(&AioReadyType);
-        return -1;
-    }
-    Py_INCREF(&AioSendMethodType);
-    if (PyModule_AddObject(mod, "AioSendMethod", (PyObject *)&AioSendMethodType) < 0) {
-        Py_DECREF(&AioSendMethodType);
-        return -1;
-    }
+    if (PyModule_AddType(mod, &AioReadyType) < 0) return -1;
+    if (PyModule_AddType(mod, &AioSendMethodType) < 0) return -1;
     return 0;
 }
 

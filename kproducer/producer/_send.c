@@ -806,21 +806,14 @@ static PyObject *SendMethod_vectorcall(SendMethod *self, PyObject *const *args, 
 }
 
 static int SendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
-    PyObject *func;
-    if (!PyArg_ParseTuple(args, "O:SendMethod", &func)) return -1;
-    if (!PyCallable_Check(func)) {
-        PyErr_SetString(PyExc_TypeError, "SendMethod(func): func must be callable");
-        return -1;
-    }
-    Py_XSETREF(self->func, Py_NewRef(func));
-    self->vectorcall = (vectorcallfunc)SendMethod_vectorcall;
-    return 0;
+    (void)kwds;
+    return SendMethod_init_with(self, args, "SendMethod", (vectorcallfunc)SendMethod_vectorcall);
 }
 
 static PyObject *SendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    SendMethod *self = (SendMethod *)type->tp_alloc(type, 0);
-    if (self != NULL) self->vectorcall = (vectorcallfunc)SendMethod_vectorcall;
-    return (PyObject *)self;
+    (void)args;
+    (void)kwds;
+    return SendMethod_new_with(type, (vectorcallfunc)SendMethod_vectorcall);
 }
 
 
@@ -857,16 +850,8 @@ static int fastsend_module_init(PyObject *mod) {
         (str___call__ = PyUnicode_InternFromString("__call__")) == NULL)
         return -1;
     if (PyType_Ready(&FastSendType) < 0 || PyType_Ready(&SendMethodType) < 0) return -1;
-    Py_INCREF(&FastSendType);
-    if (PyModule_AddObject(mod, "FastSend", (PyObject *)&FastSendType) < 0) {
-        Py_DECREF(&FastSendType);
-        return -1;
-    }
-    Py_INCREF(&SendMethodType);
-    if (PyModule_AddObject(mod, "SendMethod", (PyObject *)&SendMethodType) < 0) {
-        Py_DECREF(&SendMethodType);
-        return -1;
-    }
+    if (PyModule_AddType(mod, &FastSendType) < 0) return -1;
+    if (PyModule_AddType(mod, &SendMethodType) < 0) return -1;
     return 0;
 }
 /* ---------------------------------------------------------------------------------------------
@@ -1297,15 +1282,11 @@ PyMODINIT_FUNC PyInit__send(void) {
     if (PyType_Ready(&FutureBaseType) < 0 || PyType_Ready(&BatchBaseType) < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
-    Py_INCREF(&FutureBaseType);
-    if (PyModule_AddObject(mod, "FutureBase", (PyObject *)&FutureBaseType) < 0) {
-        Py_DECREF(&FutureBaseType);
+    if (PyModule_AddType(mod, &FutureBaseType) < 0) {
         Py_DECREF(mod);
         return NULL;
     }
-    Py_INCREF(&BatchBaseType);
-    if (PyModule_AddObject(mod, "BatchBase", (PyObject *)&BatchBaseType) < 0) {
-        Py_DECREF(&BatchBaseType);
+    if (PyModule_AddType(mod, &BatchBaseType) < 0) {
         Py_DECREF(mod);
         return NULL;
     }
@@ -1313,9 +1294,7 @@ PyMODINIT_FUNC PyInit__send(void) {
         Py_DECREF(mod);
         return NULL;
     }
-    Py_INCREF(&SensorBaseType);
-    if (PyModule_AddObject(mod, "SensorBase", (PyObject *)&SensorBaseType) < 0) {
-        Py_DECREF(&SensorBaseType);
+    if (PyModule_AddType(mod, &SensorBaseType) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -44,6 +44,25 @@ static PyObject *SendMethod_call_func(SendMethod *self, PyObject *args, PyObject
     return PyVectorcall_Call((PyObject *)self, args, kwds);
 }
 
+/* tp_init and tp_new of either type: ``what(func)`` holds ``func``; calls go to ``vectorcall`` */
+static int SendMethod_init_with(SendMethod *self, PyObject *args, const char *what, vectorcallfunc vectorcall) {
+    PyObject *func;
+    if (!PyArg_ParseTuple(args, "O", &func)) return -1;
+    if (!PyCallable_Check(func)) {
+        PyErr_Format(PyExc_TypeError, "%s(func): func must be callable", what);
+        return -1;
+    }
+    Py_XSETREF(self->func, Py_NewRef(func));
+    self->vectorcall = vectorcall;
+    return 0;
+}
+
+static PyObject *SendMethod_new_with(PyTypeObject *type, vectorcallfunc vectorcall) {
+    SendMethod *self = (SendMethod *)type->tp_alloc(type, 0);
+    if (self != NULL) self->vectorcall = vectorcall;
+    return (PyObject *)self;
+}
+
 static PyMemberDef SendMethod_members[] = {
     {"__func__", T_OBJECT, offsetof(SendMethod, func), READONLY, "the Python implementation"},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(SendMethod, vectorcall), READONLY},

@@ -1587,9 +1587,7 @@ PyMODINIT_FUNC PyInit__records(void) {
     if (PyType_Ready(&RecordsBufferType) < 0 || produce_response_module_init() < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
-    Py_INCREF(&RecordsBufferType);
-    if (PyModule_AddObject(mod, "RecordsBuffer", (PyObject *)&RecordsBufferType) < 0) {
-        Py_DECREF(&RecordsBufferType);
+    if (PyModule_AddType(mod, &RecordsBufferType) < 0) {
         Py_DECREF(mod);
         return NULL;
     }

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from ..clock import Clock
 from ..errors import ProducerClosedError
-from .admission import RECORD_OVERHEAD, Header, RecordAdmission, key_hash_miss
+from .admission import RECORD_OVERHEAD, Header, RecordAdmission
 from .future import BatchSendFuture, FutureRecordMetadata, Segment, _FailedSend
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class SendCore:
     """One producer's send core (made by :class:`~kproducer.Producer`; see the module docstring)."""
 
     __slots__ = ("metadata", "admission", "touched", "system_clock", "max_block_ms", "wall_ms", "monotonic_ms",
-                 "wakeup", "plain", "ignore_keys", "max_request_size", "size_limit", "total_memory", "_pool", "_accumulator",
+                 "wakeup", "plain", "ignore_keys", "size_limit", "total_memory", "_pool", "_accumulator",
                  "_sender", "_txn", "_gate", "_wait")
 
     def __init__(self, *, metadata: "Metadata", admission: RecordAdmission, pool: "BufferPool",
@@ -85,7 +85,6 @@ class SendCore:
         #: serializer, interceptor or custom partitioner; not transactional)
         self.plain = admission.plain and admission.txn is None
         self.ignore_keys = admission.ignore_keys
-        self.max_request_size = admission.max_request_size
         #: admission's size rule: a record whose record_size() is at most this is admitted
         self.size_limit = admission.size_limit
         self.total_memory = pool.total_memory
@@ -124,11 +123,7 @@ class SendCore:
 
     def key_partition(self, key: bytes, num_partitions: int) -> int:
         """The partition of a keyed record: murmur2 of the key (through the one hash cache) modulo the count."""
-        cache = self.admission.hash_cache
-        h = cache.get(key)
-        if h is None:
-            h = key_hash_miss(cache, key)
-        return h % num_partitions
+        return self.admission.key_hash(key) % num_partitions
 
     def stageable_memory(self) -> int:
         """Memory the pool has free (free buffers included) for records appended without waiting; -1 while a

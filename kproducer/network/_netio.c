@@ -2,7 +2,7 @@
  * Optional compiled accelerator of kproducer's network layer (Linux): the network thread's socket I/O,
  * giving the GIL up only to wait. Functions (twins: the selectors module and the socket methods, which
  * kproducer/network/selector.py uses elsewhere, with this module absent, or with KPRODUCER_PURE_PYTHON set):
- *   epoll_wait_io, sendmsg_nogil, recv_into_nogil
+ *   epoll_wait_io, sendmsg_nogil, recv_into_nogil, timerfd_open, timerfd_arm (twins: timer.py's ctypes calls)
  * On other systems the module is empty.
  */
 #include "../protocol/_ccommon.h"
@@ -25,7 +25,10 @@
  */
 #if defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <errno.h>
+#include <math.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #define HAVE_NET_IO 1
@@ -175,6 +178,43 @@ static PyObject *recv_into_nogil(PyObject *module, PyObject *const *args, Py_ssi
     if (n < 0) return PyErr_SetFromErrno(PyExc_OSError);
     return PyLong_FromSsize_t(n);
 }
+
+/* timerfd_open() -> fd: a non-blocking, close-on-exec timerfd on CLOCK_MONOTONIC (network/timer.py). */
+static PyObject *timerfd_open(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLong(fd);
+}
+
+/* timerfd_arm(fd, deadline_ms): make the timerfd readable once at deadline_ms (CLOCK_MONOTONIC, i.e.
+   time.monotonic() in ms), rounded up to the nanosecond and never 0 (which would disarm it). The application's
+   thread calls it for every new batch: one system call, no ctypes (whose call costs several times more). */
+static PyObject *timerfd_arm(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "timerfd_arm(fd, deadline_ms)");
+        return NULL;
+    }
+    int fd;
+    if (as_fd(args[0], &fd) < 0) return NULL;
+    double ms = PyFloat_AsDouble(args[1]);
+    if (ms == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(ms >= 0.0) || ms > 9.0e15) {  /* (also NaN) */
+        PyErr_SetString(PyExc_ValueError, "timerfd_arm: the deadline must be a finite time in ms, >= 0");
+        return NULL;
+    }
+    double ns = ceil(ms * 1e6);
+    if (ns < 1.0) ns = 1.0;
+    long long total = (long long)ns;
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.it_value.tv_sec = (time_t)(total / 1000000000LL);
+    spec.it_value.tv_nsec = (long)(total % 1000000000LL);
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL) < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
 #endif
 
 static PyMethodDef methods[] = {
@@ -185,6 +225,9 @@ static PyMethodDef methods[] = {
      "One sendmsg() of a list of buffers on a non-blocking socket, holding the GIL; bytes written."},
     {"recv_into_nogil", (PyCFunction)(void (*)(void))recv_into_nogil, METH_FASTCALL,
      "One recv() into a writable buffer on a non-blocking socket, holding the GIL; bytes read."},
+    {"timerfd_open", timerfd_open, METH_NOARGS, "A non-blocking timerfd on CLOCK_MONOTONIC; its fd."},
+    {"timerfd_arm", (PyCFunction)(void (*)(void))timerfd_arm, METH_FASTCALL,
+     "timerfd_arm(fd, deadline_ms): the timerfd becomes readable once at deadline_ms (CLOCK_MONOTONIC ms)."},
 #endif
     {NULL, NULL, 0, NULL},
 };

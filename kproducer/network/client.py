@@ -204,7 +204,7 @@ class NetworkClient:
         self._authenticators: Dict[int, SaslAuthenticator] = {}
         self._reauthenticate_at: Dict[int, float] = {}  # node -> when its SASL session must be renewed
         self._reauthenticating: Dict[int, bool] = {}  # node -> waiting for its in-flight requests to finish
-        self._auth_failures: Dict[int, AuthenticationError] = {}  # not yet taken by the producer
+        self.pending_authentication_failures: Dict[int, AuthenticationError] = {}  # not yet taken by the producer
         #: "host:port" -> why the last connection to it failed (for error messages that explain timeouts)
         self.last_errors: Dict[str, str] = {}
         #: True once any broker connection became READY (a timeout before that is NoBrokersAvailableError)
@@ -220,8 +220,7 @@ class NetworkClient:
 
     def is_ready(self, node_id: int, now_ms: float) -> bool:
         """Connected, ApiVersions done, below max.in.flight and not throttled by the broker (KIP-219)."""
-        return self.states.is_ready(node_id) and self.in_flight.can_send_more(node_id) and \
-            not self.states.is_throttled(node_id, now_ms)
+        return self.states.is_ready_unthrottled(node_id, now_ms) and self.in_flight.can_send_more(node_id)
 
     def ready(self, node_id: int, now_ms: float) -> bool:
         """Like :meth:`is_ready`, but starts connecting when the node is disconnected and backoff allows."""
@@ -254,7 +253,7 @@ class NetworkClient:
 
     def take_authentication_failures(self) -> Dict[int, AuthenticationError]:
         """Authentication failures since the last call, by node (for the producer to fail what waits)."""
-        failures, self._auth_failures = self._auth_failures, {}
+        failures, self.pending_authentication_failures = self.pending_authentication_failures, {}
         return failures
 
     def _initiate_connect(self, node_id: int, now_ms: float) -> None:
@@ -369,14 +368,22 @@ class NetworkClient:
         timeout = 0.0 if responses else min(timeout_ms, metadata_timeout, self.request_timeout_ms)
         if self._reauthenticate_at:
             timeout = min(timeout, max(0.0, min(self._reauthenticate_at.values()) - now_ms))
-        self.selector.poll(max(0.0, timeout))
+        selector = self.selector
+        selector.poll(max(0.0, timeout))
         now_ms = self.clock.monotonic_ms()
-        self._handle_completed_sends(responses, now_ms)
-        self._handle_completed_receives(responses, now_ms)
-        self._handle_disconnections(responses, now_ms)
-        self._handle_connections(now_ms)
-        self._handle_timed_out_connections(responses, now_ms)
-        self._handle_timed_out_requests(responses, now_ms)
+        # (each step's cheap test is made here, not in a call: at a low rate a poll is mostly these tests)
+        if selector.completed_sends:
+            self._handle_completed_sends(responses, now_ms)
+        if selector.completed_receives:
+            self._handle_completed_receives(responses, now_ms)
+        if selector.disconnected:
+            self._handle_disconnections(responses, now_ms)
+        if selector.connected:
+            self._handle_connections(now_ms)
+        if self._connect_started:
+            self._handle_timed_out_connections(responses, now_ms)
+        if now_ms >= self.in_flight.next_timeout_ms:
+            self._handle_timed_out_requests(responses, now_ms)
         if self._reauthenticate_at:
             self._maybe_reauthenticate(now_ms)
         if now_ms >= self._next_idle_check:
@@ -496,7 +503,7 @@ class NetworkClient:
         self.metadata.request_update()
 
     def _record_authentication_failure(self, node_id: int, error: AuthenticationError) -> None:
-        self._auth_failures[node_id] = error
+        self.pending_authentication_failures[node_id] = error
         self.metadata.authentication_failed(error)
         self.report_error(error)
 

@@ -99,7 +99,7 @@ class ClusterConnectionStates:
         n.last_attempt_ms = now_ms
 
     def is_ready(self, node_id: int) -> bool:
-        """READY (throttled or not: see :meth:`is_throttled`)."""
+        """READY (throttled or not: see :meth:`is_ready_unthrottled`)."""
         n = self._nodes.get(node_id)
         return n is not None and n.state == ConnectionState.READY
 
@@ -116,9 +116,11 @@ class ClusterConnectionStates:
         n = self._nodes.get(node_id)
         return max(0.0, n.throttle_until_ms - now_ms) if n is not None else 0.0
 
-    def is_throttled(self, node_id: int, now_ms: float) -> bool:
+    def is_ready_unthrottled(self, node_id: int, now_ms: float) -> bool:
+        """READY and not throttled by the broker (KIP-219: a throttle_time_ms not over yet), in one call
+        (NetworkClient.is_ready's, several times a network-thread iteration)."""
         n = self._nodes.get(node_id)
-        return n is not None and n.throttle_until_ms > now_ms
+        return n is not None and n.state == ConnectionState.READY and n.throttle_until_ms <= now_ms
 
     def poll_delay_ms(self, node_id: int, now_ms: float) -> float:
         """Java's pollDelayMs: the throttle delay of a connected node, else :meth:`connection_delay`."""

@@ -15,10 +15,17 @@ class InFlightRequests:
         self.max_per_connection = max_per_connection
         self._requests: Dict[int, Deque["ClientRequest"]] = {}
         self._count = 0
+        #: no request times out before this (ms): lowered by add(), found again by nodes_with_timed_out_requests()
+        #: (so that the network thread's poll looks for timed-out requests only when one may be)
+        self.next_timeout_ms = float("inf")
 
     def add(self, request: "ClientRequest") -> None:
+        """``request`` was sent (its ``sent_ms`` set)."""
         self._requests.setdefault(request.node_id, deque()).append(request)
         self._count += 1
+        deadline = request.sent_ms + request.timeout_ms
+        if deadline < self.next_timeout_ms:
+            self.next_timeout_ms = deadline
 
     def oldest(self, node_id: int) -> Optional["ClientRequest"]:
         q = self._requests.get(node_id)
@@ -58,10 +65,18 @@ class InFlightRequests:
         return list(q)
 
     def nodes_with_timed_out_requests(self, now_ms: float) -> List[int]:
+        """The nodes whose oldest request is older than its timeout (the caller ends their connections). The
+        next time one may be is kept in ``next_timeout_ms``: the oldest deadline of the others' requests."""
         out = []
+        soonest = float("inf")
         for node_id, q in self._requests.items():
-            if q and now_ms - q[0].sent_ms >= q[0].timeout_ms:
-                out.append(node_id)
+            if q:
+                head = q[0]
+                if now_ms - head.sent_ms >= head.timeout_ms:
+                    out.append(node_id)
+                elif head.sent_ms + head.timeout_ms < soonest:
+                    soonest = head.sent_ms + head.timeout_ms
+        self.next_timeout_ms = soonest
         return out
 
     def __iter__(self) -> Iterator["ClientRequest"]:

@@ -108,7 +108,9 @@ def _frame(payload: Payload, tls: bool) -> Union[memoryview, List[memoryview]]:
     if isinstance(payload, (bytes, bytearray)):
         return memoryview(_SIZE.pack(len(payload)) + payload)
     views = [memoryview(b).cast("B") for b in payload]
-    size = sum(v.nbytes for v in views)
+    size = 0
+    for v in views:  # (a loop, not sum() of a generator: a frame per part, for every request)
+        size += v.nbytes
     if tls or len(views) >= _MAX_PARTS:
         return memoryview(b"".join([_SIZE.pack(size), *views]))
     views.insert(0, memoryview(_SIZE.pack(size)))
@@ -217,6 +219,7 @@ class Selector:
         self._fd_to_key: Optional[Dict[int, selectors.SelectorKey]] = getattr(self._sel, "_fd_to_key", None)
         self._nogil = (_netio_c is not None and hasattr(_netio_c, "epoll_wait_io")
                        and isinstance(self._sel, getattr(selectors, "EpollSelector", ())) and self._fd_to_key is not None)
+        self._epoll_fd = self._sel.fileno() if self._nogil else -1
         self._closed = False
         self._wakeup_pending = False
         # results of the last poll()
@@ -641,7 +644,7 @@ class Selector:
             return self._sel.select(timeout)
         assert _netio_c is not None
         # (at most 4096 events a call, as many as the module takes; the rest come at the next poll)
-        ready = _netio_c.epoll_wait_io(self._sel.fileno(), timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
+        ready = _netio_c.epoll_wait_io(self._epoll_fd, timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
         out = []
         for fd, mask in ready:
             key = fd_to_key.get(fd)
@@ -678,26 +681,15 @@ class Selector:
         except OSError:
             self.wakeup()
 
-    def clear_results(self) -> None:
-        self.connected = []
-        self.completed_sends = []
-        self.completed_receives = []
-        self.disconnected = {}
-        self.failures = {}
-
     def poll(self, timeout_ms: float) -> None:
         """Wait up to ``timeout_ms`` for I/O and do it. Results replace the previous poll's.
 
         Connections and disconnections reported by :meth:`connect` since the last poll are kept.
         """
-        # connect() and send() may have completed things since the last poll: keep them
-        connected, disconnected, sent = self.connected, self.disconnected, self.completed_sends
-        failures = self.failures
-        self.clear_results()
-        self.connected = connected
-        self.disconnected = disconnected
-        self.completed_sends = sent
-        self.failures = failures
+        # connect() and send() may have completed things since the last poll: those are kept (connected,
+        # disconnected, failures, completed_sends); only the receives are the previous poll's
+        self.completed_receives = []
+        connected, sent = self.connected, self.completed_sends
         if self._closed:
             return
         if self._closing:

@@ -4,6 +4,9 @@ The application's thread opens a batch and the network thread, waiting for I/O, 
 (linger.ms). Writing to the selector's wakeup socket ends the wait now and costs the network thread an iteration
 that only finds out when to wake up next; arming this timer at the batch's due time costs the application's
 thread one system call and ends the wait when the batch is due, with no iteration before (issue 31).
+
+The system calls are the compiled network accelerator's (network/_netio.c: ``timerfd_open``, ``timerfd_arm``),
+or, without it, ctypes' (whose call costs the application's thread several times more for every new batch).
 """
 from __future__ import annotations
 
@@ -15,6 +18,10 @@ import threading
 import time
 from typing import Callable, Optional
 
+from ..protocol.accel import MODULES, load
+
+_netio_c = load(MODULES["network"])
+
 log = logging.getLogger(__name__)
 
 __all__ = ["WakeTimer"]
@@ -25,9 +32,9 @@ class WakeTimer:
     fd readable at a time, and only moves an armed time earlier, never later, until :meth:`fired` (the
     selector saw it readable) disarms it. Thread-safe."""
 
-    def __init__(self, fd: int, settime: Callable[[int, int], None]) -> None:
+    def __init__(self, fd: int, settime: Callable[[int, float], None]) -> None:
         self.fd = fd
-        self._settime = settime  # (fd, absolute CLOCK_MONOTONIC ns)
+        self._settime = settime  # (fd, absolute CLOCK_MONOTONIC ms): readable once then, rounded up to the ns
         self._lock = threading.Lock()
         self._at = math.inf  # the armed time (ms); inf when not armed
 
@@ -37,6 +44,8 @@ class WakeTimer:
         if not sys.platform.startswith("linux"):
             return None
         try:
+            if _netio_c is not None and hasattr(_netio_c, "timerfd_arm"):
+                return cls(_netio_c.timerfd_open(), _netio_c.timerfd_arm)
             return cls._create_ctypes()  # (os.timerfd_create is Python 3.13's)
         except (OSError, AttributeError, ImportError, TypeError) as e:
             log.debug("no timerfd (%s): a new batch wakes the network thread at once", e)
@@ -64,7 +73,9 @@ class WakeTimer:
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
-        def settime(fd: int, ns: int) -> None:
+        def settime(fd: int, deadline_ms: float) -> None:
+            # rounded up: never before the time (a zero time would disarm the timer)
+            ns = max(1, math.ceil(deadline_ms * 1e6))
             spec = Itimerspec(Timespec(0, 0), Timespec(*divmod(ns, 1_000_000_000)))  # (no interval: once)
             if timerfd_settime(fd, 1, ctypes.byref(spec), None) < 0:  # 1: TFD_TIMER_ABSTIME
                 err = ctypes.get_errno()
@@ -79,8 +90,7 @@ class WakeTimer:
                 return
             if self.fd < 0:
                 raise OSError("the timer is closed")
-            # rounded up: never before the time (a zero time would disarm the timer)
-            self._settime(self.fd, max(1, math.ceil(deadline_ms * 1e6)))
+            self._settime(self.fd, deadline_ms)
             self._at = deadline_ms
 
     def fired(self) -> None:

@@ -166,6 +166,12 @@ static PyTypeObject BatchBaseType = {
  * except the key-hash cache (as key_hash_miss does); anything else falls back before any effect.
  */
 
+#if PY_VERSION_HEX < 0x030C0000
+/* a dict's version tag (PEP 509): changed by every change to the dict, on CPython 3.6-3.11 */
+#define HAVE_DICT_VERSION 1
+#define DICT_VERSION(d) (((PyDictObject *)(d))->ma_version_tag)
+#endif
+
 typedef struct {
     PyObject_HEAD
     PyObject *sender;        /* .fatal_error */
@@ -176,6 +182,7 @@ typedef struct {
     PyObject *acquire;
     PyObject *release;
     int lock_direct;         /* a CPython _thread.lock whose layout was checked: see fs_lock() */
+    int lock_sem;            /* ... and whose PyThread lock is a semaphore, taken with sem_trywait */
     PyObject *hash_cache;    /* {key: positive murmur2} */
     PyObject *sticky;        /* StickyPartitioner (next_partition, limit) */
     PyObject *sticky_state;  /* its state: {topic: [partition, bytes, limit]} */
@@ -202,6 +209,22 @@ typedef struct {
                                  bound methods' functions) known to take (metadata, exception); None: any */
     PyObject *last_code;      /* the code object last found there (held: its address is not reused) */
     int last_code_method;     /* ... of a bound method's function */
+    /* The last topic's lookups (see topic_cache_reset()): what send() found for it in the dicts it reads,
+       each reused while its source is unchanged: the partition count while the cluster's partition_counts is
+       the same dict; with dict version tags (CPython < 3.12: any change to a dict changes its tag) the
+       topic's touch time, its sticky state list and its partitions' deques while the dict they came from has
+       the tag it had then. A hit reads what a lookup would: the record takes the same path either way. */
+    PyObject *c_topic;        /* the topic (held); NULL: nothing cached */
+    PyObject *c_counts;       /* the partition_counts c_n was read from (held) */
+    long long c_n;
+#ifdef HAVE_DICT_VERSION
+    int c_touched_ok, c_sticky_ok;
+    uint64_t c_touched_ver, c_sticky_ver, c_batches_ver;
+    double c_touched;         /* topic_touched[topic] (cached only when found) */
+    PyObject *c_sticky;       /* sticky_state[topic] (held; NULL: absent) */
+    PyObject **c_dq;          /* batches[(topic, p)] for p < c_dq_n (held; NULL: not looked up, or absent) */
+    Py_ssize_t c_dq_n;
+#endif
 } FastSend;
 
 static PyObject *str_cluster, *str_partition_counts, *str_available,
@@ -209,7 +232,28 @@ static PyObject *str_cluster, *str_partition_counts, *str_available,
 static PyObject *send_kwnames[7];
 
 
+/* forget the cached lookups; with a topic (not NULL), start caching for it, n its partition count read from
+   counts */
+static void topic_cache_reset(FastSend *fs, PyObject *topic, PyObject *counts, long long n) {
+#ifdef HAVE_DICT_VERSION
+    fs->c_touched_ok = fs->c_sticky_ok = 0;
+    Py_CLEAR(fs->c_sticky);
+    if (fs->c_dq != NULL) {
+        for (Py_ssize_t i = 0; i < fs->c_dq_n; i++) Py_CLEAR(fs->c_dq[i]);
+        PyMem_Free(fs->c_dq);
+        fs->c_dq = NULL;
+    }
+    fs->c_dq_n = 0;
+#endif
+    Py_XINCREF(topic);
+    Py_XSETREF(fs->c_topic, topic);
+    Py_XINCREF(counts);
+    Py_XSETREF(fs->c_counts, counts);
+    fs->c_n = n;
+}
+
 static void FastSend_dealloc(FastSend *self) {
+    topic_cache_reset(self, NULL, NULL, 0);
     Py_CLEAR(self->sender);
     Py_CLEAR(self->metadata);
     Py_CLEAR(self->accumulator);
@@ -238,7 +282,11 @@ static void FastSend_dealloc(FastSend *self) {
  * The accumulator's lock. A Python-level acquire() + release() cost ~90 ns, a fifth of the fast path: a free
  * CPython _thread.lock (3.9-3.12, whose layout is mirrored here and checked when a FastSend is made) is taken
  * and released directly, with the same effect on the lock object as its acquire(False) / release(); a lock
- * held by another thread is waited for through acquire() (which lets other threads run meanwhile).
+ * held by another thread is waited for through acquire() (which lets other threads run meanwhile). On Linux
+ * the lock's PyThread_type_lock is a POSIX semaphore (CPython's thread_pthread.h, USE_SEMAPHORES): when the
+ * check finds that (lock_sem), the fast path calls sem_trywait/sem_post itself, because
+ * PyThread_acquire_lock_timed reads the monotonic clock for a deadline even when it does not wait (~35 ns
+ * of the fast path's ~370 on the benchmark machine).
  */
 #if PY_VERSION_HEX < 0x030D0000
 typedef struct {
@@ -248,6 +296,10 @@ typedef struct {
     char locked;
 } thread_lock_mirror;
 #define HAVE_LOCK_MIRROR 1
+#if defined(__linux__)
+#include <semaphore.h>
+#define HAVE_LOCK_SEM 1
+#endif
 
 static int call_bool(PyObject *obj, const char *method, PyObject *arg) {
     PyObject *r = arg == NULL ? PyObject_CallMethod(obj, method, NULL) : PyObject_CallMethod(obj, method, "O", arg);
@@ -294,11 +346,41 @@ static int lock_layout_ok(PyObject *lock) {
 #endif
 }
 
+/* 1: the free lock (lock_layout_ok said 1) is a semaphore that sem_trywait/sem_post take and release as
+   PyThread_acquire_lock/PyThread_release_lock do; 0: not (or not known) */
+static int lock_is_sem(PyObject *lock) {
+#ifdef HAVE_LOCK_SEM
+    PyThread_type_lock pl = ((thread_lock_mirror *)lock)->lock_lock;
+    sem_t *sem = (sem_t *)pl;
+    int v = -1;
+    /* a free semaphore lock counts 1 (the other implementation's struct starts with its "locked" char: 0) */
+    if (sem_getvalue(sem, &v) != 0 || v != 1) return 0;
+    if (sem_trywait(sem) != 0) return 0;
+    int ok = sem_getvalue(sem, &v) == 0 && v == 0;
+    if (PyThread_acquire_lock(pl, NOWAIT_LOCK)) { /* taken by sem_trywait: PyThread must see it taken */
+        PyThread_release_lock(pl);
+        ok = 0;
+    }
+    sem_post(sem);
+    if (!PyThread_acquire_lock(pl, NOWAIT_LOCK)) return 0; /* (and free again after sem_post) */
+    ok = ok && sem_getvalue(sem, &v) == 0 && v == 0;
+    PyThread_release_lock(pl);
+    return ok && sem_getvalue(sem, &v) == 0 && v == 1;
+#else
+    (void)lock;
+    return 0;
+#endif
+}
+
 static int fs_lock(FastSend *fs) {
 #ifdef HAVE_LOCK_MIRROR
     if (fs->lock_direct) {
         thread_lock_mirror *m = (thread_lock_mirror *)fs->lock;
+#ifdef HAVE_LOCK_SEM
+        if (fs->lock_sem ? sem_trywait((sem_t *)m->lock_lock) == 0 : PyThread_acquire_lock(m->lock_lock, NOWAIT_LOCK)) {
+#else
         if (PyThread_acquire_lock(m->lock_lock, NOWAIT_LOCK)) {
+#endif
             m->locked = 1;
             return 0;
         }
@@ -315,6 +397,12 @@ static int fs_unlock(FastSend *fs) {
     if (fs->lock_direct) {
         thread_lock_mirror *m = (thread_lock_mirror *)fs->lock;
         m->locked = 0;
+#ifdef HAVE_LOCK_SEM
+        if (fs->lock_sem) {
+            sem_post((sem_t *)m->lock_lock);
+            return 0;
+        }
+#endif
         PyThread_release_lock(m->lock_lock);
         return 0;
     }
@@ -383,6 +471,7 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     Py_XSETREF(self->tp_cache, tp_cache);
+    topic_cache_reset(self, NULL, NULL, 0);
     Py_CLEAR(self->last_cluster);
     Py_CLEAR(self->last_counts);
     Py_XSETREF(self->sticky_state, state);
@@ -411,6 +500,7 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
     self->ignore_keys = ignore_keys;
     self->lock_direct = lock_layout_ok(lock);
     if (self->lock_direct < 0) return -1;
+    self->lock_sem = self->lock_direct ? lock_is_sem(lock) : 0;
     return 0;
 }
 
@@ -452,12 +542,28 @@ static int clock_now(PyObject *fn, clockid_t id, double *out) {
 static int sticky_account(FastSend *fs, PyObject *st, PyObject *cluster, PyObject *topic, long long n,
                           long long size) {
     if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != 3) return 0;
-    PyObject *size_obj = PyLong_FromLongLong(size);
-    if (size_obj == NULL) return -1;
-    PyObject *sent = PyNumber_Add(PyList_GET_ITEM(st, 1), size_obj);
-    Py_DECREF(size_obj);
-    if (sent == NULL) return -1;
-    int full = PyObject_RichCompareBool(sent, PyList_GET_ITEM(st, 2), Py_GE);
+    PyObject *sent, *was = PyList_GET_ITEM(st, 1), *limit = PyList_GET_ITEM(st, 2);
+    int full, o1 = 1, o2 = 1;
+    long long sent_ll = 0, limit_ll = 0;
+    if (PyLong_CheckExact(was) && PyLong_CheckExact(limit)) { /* (always: the sum and test without objects) */
+        sent_ll = PyLong_AsLongLongAndOverflow(was, &o1);
+        limit_ll = PyLong_AsLongLongAndOverflow(limit, &o2);
+        if (sent_ll == -1 && PyErr_Occurred()) return -1;
+        if (limit_ll == -1 && PyErr_Occurred()) return -1;
+    }
+    if (!o1 && !o2 && size >= 0 && sent_ll <= LLONG_MAX - size) {
+        sent_ll += size;
+        full = sent_ll >= limit_ll;
+        sent = PyLong_FromLongLong(sent_ll);
+        if (sent == NULL) return -1;
+    } else {
+        PyObject *size_obj = PyLong_FromLongLong(size);
+        if (size_obj == NULL) return -1;
+        sent = PyNumber_Add(was, size_obj);
+        Py_DECREF(size_obj);
+        if (sent == NULL) return -1;
+        full = PyObject_RichCompareBool(sent, limit, Py_GE);
+    }
     PyList_SetItem(st, 1, sent); /* steals sent */
     if (full <= 0) return full;
     PyObject *avail_map = PyObject_GetAttr(cluster, str_available);
@@ -588,27 +694,53 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
         Py_XSETREF(fs->last_counts, counts);
         Py_XSETREF(fs->last_cluster, Py_NewRef(cluster));
     }
-    PyObject *n_obj = PyDict_GetItemWithError(fs->last_counts, topic); /* borrowed: last_counts holds it */
-    long long n = n_obj == NULL ? -1 : PyLong_AsLongLong(n_obj);
-    if (n_obj == NULL) {
-        if (PyErr_Occurred()) goto error_cluster;
-        goto fallback_cluster;
+    long long n;
+    int cached = topic == fs->c_topic && fs->c_counts == fs->last_counts; /* (the topic's cache is for now) */
+    if (cached) {
+        n = fs->c_n;
+    } else {
+        PyObject *n_obj = PyDict_GetItemWithError(fs->last_counts, topic); /* borrowed: last_counts holds it */
+        n = n_obj == NULL ? -1 : PyLong_AsLongLong(n_obj);
+        if (n_obj == NULL) {
+            if (PyErr_Occurred()) goto error_cluster;
+            goto fallback_cluster;
+        }
+        if (n == -1 && PyErr_Occurred()) goto error_cluster;
+        if (n <= 0) goto fallback_cluster;
+        topic_cache_reset(fs, topic, fs->last_counts, n);
+        cached = 1;
     }
-    if (n == -1 && PyErr_Occurred()) goto error_cluster;
-    if (n <= 0) goto fallback_cluster;
     /* (the touch check has a 1 s period: the coarse clock, a few ms behind time.monotonic(), is enough) */
 #ifdef CLOCK_MONOTONIC_COARSE
     if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC_COARSE, &now) < 0) goto error_cluster;
 #else
     if (clock_now(fs->monotonic_ms, CLOCK_MONOTONIC, &now) < 0) goto error_cluster;
 #endif
-    PyObject *touched = PyDict_GetItemWithError(fs->topic_touched, topic);
-    if (touched == NULL) {
-        if (PyErr_Occurred()) goto error_cluster;
-        goto fallback_cluster; /* never touched: the Python path touches it */
+    double t_touched;
+#ifdef HAVE_DICT_VERSION
+    /* (the topic is checked again: an injected clock is Python code, which may have sent to another topic) */
+    if (topic == fs->c_topic && fs->c_touched_ok && DICT_VERSION(fs->topic_touched) == fs->c_touched_ver) {
+        t_touched = fs->c_touched;
+    } else
+#endif
+    {
+        PyObject *touched = PyDict_GetItemWithError(fs->topic_touched, topic);
+        if (touched == NULL) {
+            if (PyErr_Occurred()) goto error_cluster;
+            goto fallback_cluster; /* never touched: the Python path touches it */
+        }
+        t_touched = PyFloat_AsDouble(touched);
+        if (t_touched == -1.0 && PyErr_Occurred()) goto error_cluster;
+#ifdef HAVE_DICT_VERSION
+        /* (a float's value: a lookup reads the same while the dict's tag stays; only a found one is kept,
+           so that a topic the Python path is about to touch is looked up again) */
+        if (topic == fs->c_topic) {
+            fs->c_touched_ok = 1;
+            fs->c_touched = t_touched;
+            fs->c_touched_ver = DICT_VERSION(fs->topic_touched);
+        }
+#endif
     }
-    double t_touched = PyFloat_AsDouble(touched);
-    if (t_touched == -1.0 && PyErr_Occurred()) goto error_cluster;
     if (now - t_touched > fs->touch_ms) goto fallback_cluster;
     /* the size bound */
     Py_ssize_t klen = key == Py_None ? -1 : PyBytes_GET_SIZE(key);
@@ -627,11 +759,24 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
         if (h < 0) goto error_cluster;
         part = h % n;
     } else {
-        sticky = PyDict_GetItemWithError(fs->sticky_state, topic);
-        if (sticky == NULL) {
-            if (PyErr_Occurred()) goto error_cluster;
-            goto fallback_cluster;
+#ifdef HAVE_DICT_VERSION
+        if (topic == fs->c_topic && fs->c_sticky_ok && DICT_VERSION(fs->sticky_state) == fs->c_sticky_ver) {
+            sticky = fs->c_sticky;
+        } else
+#endif
+        {
+            sticky = PyDict_GetItemWithError(fs->sticky_state, topic);
+            if (sticky == NULL && PyErr_Occurred()) goto error_cluster;
+#ifdef HAVE_DICT_VERSION
+            if (topic == fs->c_topic) {
+                Py_XINCREF(sticky);
+                Py_XSETREF(fs->c_sticky, sticky);
+                fs->c_sticky_ver = DICT_VERSION(fs->sticky_state);
+                fs->c_sticky_ok = 1;
+            }
+#endif
         }
+        if (sticky == NULL) goto fallback_cluster;
         Py_INCREF(sticky);
         if (!PyList_CheckExact(sticky) || PyList_GET_SIZE(sticky) != 3) goto fallback_cluster;
         part = PyLong_AsLongLong(PyList_GET_ITEM(sticky, 0));
@@ -639,20 +784,43 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
         if (part < 0 || part >= n) goto fallback_cluster;
     }
     /* the append, under the accumulator's lock, into the partition's last open batch */
-    PyObject *tp = topic_partition(fs, topic, part, n);
-    if (tp == NULL) goto error_cluster;
-    if (fs_lock(fs) < 0) {
-        Py_DECREF(tp);
-        goto error_cluster;
-    }
+    if (fs_lock(fs) < 0) goto error_cluster;
     int status = 0; /* 1 appended, 0 fallback, -1 error */
     PyObject *fut = NULL, *last = NULL;
     /* again under the lock: the accumulator's close() clears the flag while it holds the lock */
     if (!gate_open(fs)) goto unlock;
-    PyObject *dq = PyDict_GetItemWithError(fs->batches, tp);
-    if (dq == NULL) {
-        if (PyErr_Occurred()) status = -1;
-        goto unlock;
+    PyObject *dq = NULL;
+#ifdef HAVE_DICT_VERSION
+    /* (cached is still right: waiting for the lock may have let another thread change the cache) */
+    cached = cached && topic == fs->c_topic;
+    if (cached && DICT_VERSION(fs->batches) == fs->c_batches_ver && part < fs->c_dq_n) dq = fs->c_dq[part];
+    if (dq == NULL)
+#endif
+    {
+        PyObject *tp = topic_partition(fs, topic, part, n);
+        if (tp == NULL) {
+            status = -1;
+            goto unlock;
+        }
+        dq = PyDict_GetItemWithError(fs->batches, tp);
+        Py_DECREF(tp);
+        if (dq == NULL) {
+            if (PyErr_Occurred()) status = -1;
+            goto unlock;
+        }
+#ifdef HAVE_DICT_VERSION
+        if (cached && topic == fs->c_topic) { /* (topic_partition may have run a collection: checked again) */
+            if (fs->c_dq == NULL || DICT_VERSION(fs->batches) != fs->c_batches_ver) {
+                PyObject **slots = fs->c_dq;
+                if (slots == NULL && (slots = PyMem_Calloc((size_t)fs->c_n, sizeof(PyObject *))) != NULL)
+                    fs->c_dq_n = (Py_ssize_t)fs->c_n;
+                for (Py_ssize_t i = 0; slots != NULL && i < fs->c_dq_n; i++) Py_CLEAR(slots[i]);
+                fs->c_dq = slots;
+                fs->c_batches_ver = DICT_VERSION(fs->batches);
+            }
+            if (part < fs->c_dq_n) Py_XSETREF(fs->c_dq[part], Py_NewRef(dq));
+        }
+#endif
     }
     Py_INCREF(dq);
     Py_ssize_t dq_len = PySequence_Size(dq);
@@ -704,8 +872,9 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
     }
 unlock:
     Py_XDECREF(last);
-    Py_DECREF(tp);
-    {
+    if (!PyErr_Occurred()) { /* (the common case: no exception to keep around the release) */
+        if (fs_unlock(fs) < 0) status = -1;
+    } else {
         PyObject *exc_type, *exc_value, *exc_tb;
         PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
         if (fs_unlock(fs) < 0) {
@@ -748,6 +917,7 @@ error_cluster:
 static PyMemberDef FastSend_members[] = {
     {"hits", T_LONGLONG, offsetof(FastSend, hits), READONLY, "records queued by the fast path"},
     {"lock_direct", T_INT, offsetof(FastSend, lock_direct), READONLY, "the lock is taken without a call"},
+    {"lock_sem", T_INT, offsetof(FastSend, lock_sem), READONLY, "... as the semaphore it is (Linux)"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -242,6 +242,10 @@ class RecordAccumulator:
                             last = self._new_batch(tp, now_ms, *reservation)
                             reservation = None
                             dq.append(last)
+                            # (as _head_queued: every batch queued lowers the next expiry, so that a scan
+                            # finds nothing to expire before it; inline: once per new batch, in send())
+                            if now_ms + self.delivery_timeout_ms < self.next_batch_expiry_ms:
+                                self.next_batch_expiry_ms = now_ms + self.delivery_timeout_ms
                             with self._incomplete_lock:
                                 self._incomplete.add(last)
                             new = True
@@ -311,7 +315,7 @@ class RecordAccumulator:
     def sends_at_once(self) -> bool:
         """Whether every partition's head batch is sendable now, lingering or not: a thread waits for buffer
         memory, a flush is under way, the accumulator is closed, or a transaction is completing."""
-        return (self.free.queued() > 0 or self._flushes_in_progress > 0 or self._closed
+        return (self._flushes_in_progress > 0 or self._closed or self.free.queued() > 0
                 or (self.txn is not None and self.txn.is_completing()))
 
     def ready(self, cluster: "Cluster", now_ms: float) -> ReadyCheckResult:
@@ -551,9 +555,10 @@ class RecordAccumulator:
 
     def expired_batches(self, now_ms: float) -> List[ProducerBatch]:
         """Remove and return queued batches that have been waiting longer than delivery.timeout.ms (the
-        queues are scanned only once the next expiry is due, or when none was queued at the last scan)."""
+        queues are scanned only once the next expiry is due: every batch queued lowers it, a new one in
+        append(), one put back at a queue's head in _head_queued)."""
         expired: List[ProducerBatch] = []
-        if now_ms < self.next_batch_expiry_ms < _INF:
+        if now_ms < self.next_batch_expiry_ms:
             return expired
         next_expiry = _INF
         timeout = self.delivery_timeout_ms

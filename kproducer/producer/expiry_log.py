@@ -47,8 +47,9 @@ class ExpiryLog:
     def __init__(self, delivery_timeout_ms: float, interval_ms: float = EXPIRY_LOG_INTERVAL_MS) -> None:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.interval_ms = interval_ms
-        # "topic-partition" -> records counted since the last line, and the latest reason
-        self._counts: Dict[str, int] = {}
+        #: "topic-partition" -> records counted since the last line (and, in _reasons, the latest reason);
+        #: empty when there is nothing to log (the network thread skips maybe_log() then)
+        self.unlogged: Dict[str, int] = {}
         self._reasons: Dict[str, str] = {}
         self._last_logged_ms = float("-inf")
         #: records counted in total
@@ -56,23 +57,23 @@ class ExpiryLog:
 
     def expired(self, batch: "ProducerBatch", reason: str) -> None:
         tp = f"{batch.topic}-{batch.partition}"
-        self._counts[tp] = self._counts.get(tp, 0) + batch.record_count
+        self.unlogged[tp] = self.unlogged.get(tp, 0) + batch.record_count
         self._reasons[tp] = reason
         self.total += batch.record_count
 
     def maybe_log(self, now_ms: float) -> None:
         """Log what was counted when the interval since the last line has passed (the first at once)."""
-        if self._counts and now_ms - self._last_logged_ms >= self.interval_ms:
+        if self.unlogged and now_ms - self._last_logged_ms >= self.interval_ms:
             self._last_logged_ms = now_ms
             self.flush()
 
     def flush(self) -> None:
         """Log what was counted now (the producer is closing)."""
-        if not self._counts:
+        if not self.unlogged:
             return
         items: List[Tuple[str, int, str]] = sorted(
-            ((tp, n, self._reasons[tp]) for tp, n in self._counts.items()), key=lambda item: -item[1])
-        self._counts, self._reasons = {}, {}
+            ((tp, n, self._reasons[tp]) for tp, n in self.unlogged.items()), key=lambda item: -item[1])
+        self.unlogged, self._reasons = {}, {}
         total = sum(n for _, n, _ in items)
         parts = [f"{tp}: {n} record{'s' if n != 1 else ''} ({why})" for tp, n, why in items[:_NAMED_PARTITIONS]]
         rest = items[_NAMED_PARTITIONS:]

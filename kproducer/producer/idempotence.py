@@ -91,7 +91,7 @@ class IdempotenceState:
         return self.producer_id_and_epoch.epoch
 
     def has_producer_id(self) -> bool:
-        return self.producer_id_and_epoch.is_valid
+        return self.producer_id_and_epoch.producer_id >= 0  # (is_valid, without a property call)
 
     def set_producer_id_and_epoch(self, value: ProducerIdAndEpoch) -> None:
         """A new id or epoch: every sequence starts again at 0."""

@@ -267,10 +267,14 @@ class Sender(threading.Thread):
     # -- one iteration ---------------------------------------------------------------------------
 
     def run_once(self) -> None:
-        self._fail_batches_on_authentication_failure()
+        # (each step's cheap test is made here, not in a call: at a low rate every iteration is mostly these
+        # tests, and each call the network thread makes costs it a cache-cold frame, see docs/performance.md)
+        if self.client.pending_authentication_failures:
+            self._fail_batches_on_authentication_failure()
         report_in = self.metrics.maybe_report(self.clock.monotonic_ms())  # statistics.interval.ms
         txn = self.txn
-        if txn is not None:
+        # (the idempotent producer with its producer id and no reset pending has no coordinator business)
+        if txn is not None and (txn.is_transactional or txn.reset_required or not txn.has_producer_id()):
             if self._maybe_handle_producer_id():
                 # still bound every record's wait by delivery.timeout.ms (e.g. no broker gives us an id)
                 self._fail_expired_batches(self.clock.monotonic_ms())
@@ -478,9 +482,10 @@ class Sender(threading.Thread):
                     self._next_in_flight_expiry = b.created_ms + timeout_ms
                 if self.guarantee_message_order:
                     acc.mute(b.tp)
-        self._fail_expired_batches(now)
+        if now >= acc.next_batch_expiry_ms or now >= self._next_in_flight_expiry or self.expiry_log.unlogged:
+            self._fail_expired_batches(now)
         timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
-                      self._in_flight_expiry(now))
+                      self._next_in_flight_expiry - now)
         for node, node_batches in batches.items():
             # a batch drained above may have just expired: it is complete, so it is not sent
             live = [b for b in node_batches if not b.is_done()]
@@ -520,7 +525,10 @@ class Sender(threading.Thread):
         partitions of those nodes wait for a response, which ends the poll, and for every other partition
         the timeout computed before sending stands (inf is returned)."""
         is_ready = self.client.is_ready
-        if not any(is_ready(node, now) for node in sent_to):
+        for node in sent_to:
+            if is_ready(node, now):
+                break
+        else:
             return float("inf")
         again = self.accumulator.ready(cluster, now)
         nodes, not_ready_timeout = self._sendable_nodes(again, now)
@@ -579,10 +587,6 @@ class Sender(threading.Thread):
                 soonest = min(soonest, batches[0].delivery_deadline(timeout))
         self._next_in_flight_expiry = soonest
         return expired
-
-    def _in_flight_expiry(self, now: float) -> float:
-        """How long until an in-flight batch may reach delivery.timeout.ms (see ``_next_in_flight_expiry``)."""
-        return self._next_in_flight_expiry - now
 
     # -- produce requests ------------------------------------------------------------------------
 

@@ -552,6 +552,8 @@ class TransactionManager:
     def __init__(self, transactional_id: Optional[str] = None, transaction_timeout_ms: int = 60000,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.transactional_id = transactional_id
+        #: (an attribute, not a property: the network thread reads it several times an iteration)
+        self.is_transactional = transactional_id is not None
         self.transaction_timeout_ms = transaction_timeout_ms
         self.clock = clock
         self._lock = threading.RLock()
@@ -648,10 +650,6 @@ class TransactionManager:
     @property
     def last_error(self) -> Optional[BaseException]:
         return self._last_error
-
-    @property
-    def is_transactional(self) -> bool:
-        return self.transactional_id is not None
 
     def has_fatal_error(self) -> bool:
         return self._state == State.FATAL_ERROR
@@ -1152,7 +1150,8 @@ class TransactionManager:
         return self._idempotence.producer_epoch
 
     def has_producer_id(self) -> bool:
-        return self._idempotence.has_producer_id()
+        # (IdempotenceState.has_producer_id, without its call: the network thread asks every iteration)
+        return self._idempotence.producer_id_and_epoch.producer_id >= 0
 
     def request_producer_id_if_needed(self) -> None:
         """The idempotent producer without a producer id (at first, or after a reset) queues an InitProducerId

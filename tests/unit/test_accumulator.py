@@ -516,7 +516,8 @@ def test_a_retried_batch_expires_too() -> None:
 
 def test_the_queues_are_scanned_for_expiry_only_once_a_batch_may_be_due(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sender asks for expired batches every iteration; the queues are looked at only from the next expiry
-    found by the last scan on (or while nothing was queued at the last scan)."""
+    on: found by the last scan, or lowered by a batch queued since (a new one too: nothing is scanned while
+    nothing is queued)."""
     env = Env(batch_size=100, delivery_timeout_ms=1000)
     looked: List[ProducerBatch] = []
     reached = ProducerBatch.has_reached_delivery_timeout
@@ -528,14 +529,24 @@ def test_the_queues_are_scanned_for_expiry_only_once_a_batch_may_be_due(monkeypa
     monkeypatch.setattr(ProducerBatch, "has_reached_delivery_timeout", counting)
     assert env.acc.expired_batches(env.now) == [] and looked == []  # nothing queued
     env.append(TP0, b"a" * 60)
+    env.clock.advance(10)
     env.append(TP1, b"b" * 60)
-    assert env.acc.expired_batches(env.now) == [] and len(looked) == 2
+    assert env.acc.next_batch_expiry_ms == env.now - 10 + 1000  # the older new batch's deadline
     for _ in range(5):
-        env.clock.advance(199)
+        env.clock.advance(197)
         assert env.acc.expired_batches(env.now) == []
-    assert len(looked) == 2  # not due before 1000 ms
-    env.clock.advance(5)
-    assert len(env.acc.expired_batches(env.now)) == 2
+    assert looked == []  # not due before 1000 ms
+    env.clock.advance(5)  # the first batch's deadline: the queues are scanned
+    [first] = env.acc.expired_batches(env.now)
+    assert first.tp == TP0 and len(looked) == 2  # (TP1's head looked at, not due yet)
+    assert env.acc.next_batch_expiry_ms == env.now + 10
+    env.clock.advance(10)
+    [second] = env.acc.expired_batches(env.now)
+    assert second.tp == TP1
+    assert env.acc.next_batch_expiry_ms == float("inf")  # nothing queued
+    looked.clear()
+    env.clock.advance(5000)
+    assert env.acc.expired_batches(env.now) == [] and looked == []
 
 
 def test_a_retried_batch_put_back_lowers_the_next_expiry() -> None:
@@ -544,14 +555,13 @@ def test_a_retried_batch_put_back_lowers_the_next_expiry() -> None:
     env = Env(linger_ms=0, delivery_timeout_ms=1000)
     env.append(TP0)
     [retry] = env.drain()[1]
-    env.clock.advance(500)
+    env.clock.advance(1000)
+    assert env.acc.expired_batches(env.now) == []  # a scan: nothing queued (the first is in flight)
     env.append(TP0)
-    assert env.acc.expired_batches(env.now) == []
-    assert env.acc.next_batch_expiry_ms == retry.created_ms + 1500  # the new batch's: the first is in flight
+    assert env.acc.next_batch_expiry_ms == retry.created_ms + 2000  # the new batch's
     env.clock.advance(400)
     env.acc.reenqueue(retry, env.now)
     assert env.acc.next_batch_expiry_ms == retry.created_ms + 1000
-    env.clock.advance(100)
     assert env.acc.expired_batches(env.now) == [retry]
 
 

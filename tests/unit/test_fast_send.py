@@ -397,3 +397,88 @@ def test_fast_path_takes_and_gives_back_the_accumulator_lock(env: Env) -> None:
     lock.release()
     p.flush(10)
     assert (first.get(5).offset, results[0].get(5).offset) == (1, 2)
+
+
+def test_fast_path_takes_a_free_lock_as_the_semaphore_it_is(env: Env) -> None:
+    """On Linux, CPython 3.9-3.12, the lock's PyThread lock is a POSIX semaphore: the fast path takes it with
+    sem_trywait (no clock read), and the lock is an ordinary one again afterwards."""
+    p = _producer(env, True)
+    assert p._fast is not None
+    if sys.implementation.name == "cpython" and sys.version_info < (3, 13) and sys.platform.startswith("linux"):
+        assert p._fast.lock_sem == 1
+    p.send("t", b"x", partition=1)  # opens the batch
+    hits = p._fast.hits
+    futs = [p.send("t", b"x", partition=1) for _ in range(3)]
+    assert p._fast.hits == hits + 3
+    lock = p._accumulator._lock
+    assert lock.acquire(timeout=10)  # (the network thread may hold it an instant: "free" is "can be taken")
+    assert lock.locked()
+    lock.release()
+    p.flush(10)
+    assert [f.get(5).offset for f in futs] == [1, 2, 3]
+
+
+def _partition_of(p: Producer, topic: str, value: bytes = b"x") -> int:
+    fut = p.send(topic, value, timestamp_ms=TS)
+    return int(fut._batch.partition)
+
+
+def test_fast_path_sees_a_replaced_sticky_state(env: Env) -> None:
+    """The fast path keeps what it looked up for the last topic while the dicts it came from are unchanged: a
+    sticky state the Python code replaces is read at the next record, as by a lookup."""
+    p = _producer(env, True)
+    sticky = p._admission.sticky
+    first = _partition_of(p, "t")  # (the Python path: opens the batch, makes the state)
+    other = (first + 1) % 6
+    p.send("t", b"x", partition=other)  # opens the other partition's batch
+    assert p._fast is not None
+    hits = p._fast.hits
+    assert _partition_of(p, "t") == first and p._fast.hits == hits + 1
+    sticky.state["t"] = [other, 0, 1 << 30]  # replaced (a new list), as StickyPartitioner.current() does
+    assert _partition_of(p, "t") == other and p._fast.hits == hits + 2
+    sticky.state["t"][0] = first  # changed in place
+    assert _partition_of(p, "t") == first and p._fast.hits == hits + 3
+    del sticky.state["t"]  # gone: the Python path starts it again
+    _partition_of(p, "t")
+    assert p._fast.hits == hits + 3 and "t" in sticky.state
+
+
+def test_fast_path_sees_a_replaced_partition_queue(env: Env) -> None:
+    """A partition's queue of batches that is no longer the accumulator's is not appended to."""
+    p = _producer(env, True)
+    p.send("t", b"x", partition=2)  # opens the batch
+    assert p._fast is not None
+    hits = p._fast.hits
+    f1 = p.send("t", b"x", partition=2)
+    assert p._fast.hits == hits + 1
+    acc = p._accumulator
+    with acc._lock:
+        old = acc._batches.pop(("t", 2))
+    f2 = p.send("t", b"x", partition=2)  # (the Python path: a new queue and batch)
+    assert p._fast.hits == hits + 1 and acc._batches[("t", 2)][-1] is f2._batch
+    f3 = p.send("t", b"x", partition=2)  # the fast path again, into the new queue
+    assert p._fast.hits == hits + 2 and f3._batch is f2._batch and f1._batch is old[-1]
+    with acc._lock:
+        acc._batches[("t", 2)].extendleft(reversed(old))  # (back in the accumulator, to be sent)
+    p.flush(10)
+    assert [f.get(5).offset for f in (f1, f2, f3)] == [1, 2, 3]
+
+
+def test_fast_path_sees_a_topic_touched_again_and_other_topics(env: Env) -> None:
+    """The touch time is re-read when the producer's touch dict changes; records to topics in turn each take the
+    fast path with their own counts and queues."""
+    p = _producer(env, True)
+    for topic in ("t", "u"):
+        p.send(topic, b"x", partition=1)
+    assert p._fast is not None
+    hits = p._fast.hits
+    futs = [p.send(topic, b"x", partition=1) for topic in ("t", "u", "t", "u")]
+    assert p._fast.hits == hits + 4
+    assert [(f._batch.topic, f._batch.partition, f._delta) for f in futs] == [
+        ("t", 1, 1), ("u", 1, 1), ("t", 1, 2), ("u", 1, 2)]
+    touched = p._core.touched
+    touched["t"] = touched["t"] - 10_000.0  # long ago: the Python path touches it
+    p.send("t", b"x", partition=1)
+    assert p._fast.hits == hits + 4 and time.monotonic() * 1000.0 - touched["t"] < 5_000.0
+    p.send("t", b"x", partition=1)
+    assert p._fast.hits == hits + 5

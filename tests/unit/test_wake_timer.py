@@ -120,3 +120,60 @@ def test_with_a_timer_the_wait_for_a_response_is_not_cut_to_linger() -> None:
     h.run()
     assert len(h.produce_requests()) == 1
     assert h.selector.poll_timeouts[-1] > 50  # new batches set the timer: no wakeup every linger.ms meanwhile
+
+
+def _timers() -> List[Any]:
+    """The ways WakeTimer reaches timerfd here: the compiled network accelerator's calls, and ctypes'."""
+    from kproducer.network import timer as timer_module
+
+    out: List[Any] = [pytest.param(WakeTimer._create_ctypes, id="ctypes")]
+    netio = timer_module._netio_c
+    compiled = (lambda: WakeTimer(netio.timerfd_open(), netio.timerfd_arm)) if netio is not None and hasattr(
+        netio, "timerfd_arm") else None
+    out.append(pytest.param(compiled, id="compiled", marks=pytest.mark.skipif(
+        compiled is None, reason="the compiled network accelerator is not built (or KPRODUCER_PURE_PYTHON is set)")))
+    return out
+
+
+@linux_only
+@pytest.mark.parametrize("make", _timers())
+def test_both_timerfd_calls_fire_at_the_time_and_not_before(make: Any) -> None:
+    import select
+
+    timer = make()
+    ep = select.epoll()
+    try:
+        ep.register(timer.fd, select.EPOLLIN)
+        assert ep.poll(0) == []  # not armed: not readable
+        due = time.monotonic() * 1000.0 + 25
+        timer.arm(due)
+        ready = ep.poll(20)
+        assert ready == [(timer.fd, select.EPOLLIN)]
+        assert time.monotonic() * 1000.0 >= due
+        timer.fired()
+        assert ep.poll(0) == []  # consumed
+        timer.arm(0.0)  # a time long past (rounded up to 1 ns, not 0, which would disarm): readable at once
+        assert ep.poll(5) == [(timer.fd, select.EPOLLIN)]
+    finally:
+        ep.close()
+        timer.close()
+
+
+@linux_only
+def test_the_compiled_arm_refuses_a_time_that_is_not_one() -> None:
+    from kproducer.network import timer as timer_module
+
+    netio = timer_module._netio_c
+    if netio is None or not hasattr(netio, "timerfd_arm"):
+        pytest.skip("the compiled network accelerator is not built (or KPRODUCER_PURE_PYTHON is set)")
+    fd = netio.timerfd_open()
+    try:
+        for bad in (float("nan"), float("inf"), -1.0):
+            with pytest.raises(ValueError, match="finite time"):
+                netio.timerfd_arm(fd, bad)
+        with pytest.raises(OSError):
+            netio.timerfd_arm(-5 + 10**6, 1.0)  # not an open fd
+    finally:
+        import os
+
+        os.close(fd)

@@ -53,6 +53,9 @@ _.executor_logs
 pytest_configure
 pytest_runtest_makereport
 pytest_runtest_protocol
+pytest_pycollect_makemodule  # tests/spark/conftest.py, without pyspark
+_.runtest  # (its pytest.Item: pytest runs it)
+_.reportinfo
 _.benchmark_enable
 
 # tests/apache_kafka/: pytest fixtures asked for by name (@pytest.mark.usefixtures)

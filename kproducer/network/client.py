@@ -108,7 +108,7 @@ class ClientRequest:
 class ClientResponse:
     """What became of a request: a decoded body, or a disconnection (possibly by timeout)."""
 
-    __slots__ = ("request", "body", "received_ms", "disconnected", "timed_out", "error")
+    __slots__ = ("request", "body", "received_ms", "disconnected", "timed_out", "error", "latency_ms")
 
     def __init__(self, request: ClientRequest, body: Optional[Dict[str, Any]], received_ms: float,
                  disconnected: bool = False, timed_out: bool = False, error: Optional[KafkaError] = None) -> None:
@@ -118,15 +118,8 @@ class ClientResponse:
         self.disconnected = disconnected
         self.timed_out = timed_out
         self.error = error
-
-    @property
-    def latency_ms(self) -> float:
-        return self.received_ms - self.request.sent_ms
-
-    def complete(self) -> None:
-        cb = self.request.callback
-        if cb is not None:
-            cb(self)
+        #: from the request's write to this answer (an attribute: the request was written before it is answered)
+        self.latency_ms = received_ms - request.sent_ms
 
 
 class NetworkClient:
@@ -358,7 +351,13 @@ class NetworkClient:
         """Do network I/O for up to ``timeout_ms``; complete and return the responses that arrived."""
         if self.closed:
             return []
-        metadata_timeout = self._maybe_update_metadata(now_ms)
+        # (the tests of _maybe_update_metadata made first, without its call: nothing is due in most polls)
+        if self._metadata_in_flight is not None:
+            metadata_timeout = self.request_timeout_ms
+        else:
+            metadata_timeout = self.metadata.time_to_next_update(now_ms)
+            if metadata_timeout <= 0:
+                metadata_timeout = self._maybe_update_metadata(now_ms)
         # responses completed outside poll (requests to a node we disconnected) come first
         responses, self._pending = self._pending, []
         if self.selector.completed_sends:
@@ -393,8 +392,12 @@ class NetworkClient:
         return responses
 
     def _complete(self, response: ClientResponse) -> None:
+        """Run the request's callback with its response."""
+        cb = response.request.callback
+        if cb is None:
+            return
         try:
-            response.complete()
+            cb(response)
         except Exception:  # a callback must never break the I/O thread
             log.exception("uncaught error in a response callback for %s", response.request.api.name)
 
@@ -451,7 +454,8 @@ class NetworkClient:
                 self._protocol_failure(node_id, str(e), responses, now_ms)
                 continue
             self.in_flight.complete_oldest(node_id)
-            self._maybe_throttle(req, body, now_ms)
+            if body.get("throttle_time_ms"):
+                self._maybe_throttle(req, body, now_ms)
             if req.internal:
                 self._handle_internal_response(req, body, now_ms)
             else:

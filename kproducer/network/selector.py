@@ -107,9 +107,11 @@ def _frame(payload: Payload, tls: bool) -> Union[memoryview, List[memoryview]]:
     """``payload`` behind its size prefix, as one buffer or (scatter-gather) a list of byte views."""
     if isinstance(payload, (bytes, bytearray)):
         return memoryview(_SIZE.pack(len(payload)) + payload)
-    views = [memoryview(b).cast("B") for b in payload]
+    views = []
     size = 0
-    for v in views:  # (a loop, not sum() of a generator: a frame per part, for every request)
+    for b in payload:  # (a loop, not a comprehension and sum() of a generator: a frame each, for every request)
+        v = memoryview(b).cast("B")
+        views.append(v)
         size += v.nbytes
     if tls or len(views) >= _MAX_PARTS:
         return memoryview(b"".join([_SIZE.pack(size), *views]))
@@ -636,22 +638,6 @@ class Selector:
 
     # -- polling -------------------------------------------------------------------------------
 
-    def _select(self, timeout: float) -> List[Tuple[selectors.SelectorKey, int]]:
-        """The selector's select(timeout in seconds); compiled: epoll_wait_io, which gives up the GIL only to
-        wait (see __init__)."""
-        fd_to_key = self._fd_to_key
-        if not self._nogil or fd_to_key is None:
-            return self._sel.select(timeout)
-        assert _netio_c is not None
-        # (at most 4096 events a call, as many as the module takes; the rest come at the next poll)
-        ready = _netio_c.epoll_wait_io(self._epoll_fd, timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
-        out = []
-        for fd, mask in ready:
-            key = fd_to_key.get(fd)
-            if key is not None:  # (unregistered meanwhile: as selectors, skipped)
-                out.append((key, mask & key.events))
-        return out
-
     def wakeup(self) -> None:
         """Interrupt a poll() blocked in another thread. Cheap when a wakeup is already pending: only the
         first call writes to the wakeup socket until poll() consumes it."""
@@ -699,7 +685,21 @@ class Selector:
         timeout = max(0.0, timeout_ms) / 1000.0
         if connected or self.disconnected or sent:
             timeout = 0.0
-        events = self._select(timeout)
+        # the selector's select(timeout in seconds); compiled: epoll_wait_io, which gives up the GIL only to wait
+        # (see __init__; here, not in a method of its own: one frame less per poll)
+        fd_to_key = self._fd_to_key
+        events: List[Tuple[selectors.SelectorKey, int]]
+        if not self._nogil or fd_to_key is None:
+            events = self._sel.select(timeout)
+        else:
+            assert _netio_c is not None
+            # (at most 4096 events a call, as many as the module takes; the rest come at the next poll)
+            ready = _netio_c.epoll_wait_io(self._epoll_fd, timeout * 1000.0, min(max(len(fd_to_key), 1), 4096))
+            events = []
+            for fd, ev in ready:
+                key = fd_to_key.get(fd)
+                if key is not None:  # (unregistered meanwhile: as selectors, skipped)
+                    events.append((key, ev & key.events))
         timer = self._timer
         for key, mask in events:
             ch = key.data

@@ -161,9 +161,11 @@ static PyTypeObject BatchBaseType = {
  * the producer's FastSend and hands every other call, unchanged, to ``func`` (the Python send(), the one
  * implementation of the rules). The plain case: an open producer without a fatal error, a str topic whose
  * partition count is known and was touched within the last second, bytes/None key and value, no headers,
- * a valid or no explicit partition and timestamp, a record within max.request.size, and room for it in
- * the partition's last open batch. Nothing is changed before the record is known to take this path,
- * except the key-hash cache (as key_hash_miss does); anything else falls back before any effect.
+ * a valid or no explicit partition and timestamp, a record within max.request.size. It is appended to the
+ * partition's last open batch; when that has no room (or there is none), Producer._open_batch queues it (the
+ * part of the Python send() after its checks: the accumulator's append, which opens the batch, and the wakeup).
+ * Nothing is changed before the record is known to take this path, except the key-hash cache (as key_hash_miss
+ * does); anything else falls back before any effect.
  */
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -197,7 +199,9 @@ typedef struct {
     Py_ssize_t hash_cache_size;
     double touch_ms;
     int ignore_keys;
-    long long hits; /* records queued by the fast path */
+    long long hits; /* records queued by the fast path into an open batch */
+    PyObject *open_batch;    /* Producer._open_batch (unbound; called with the producer) or None: see fast_send() */
+    long long opened; /* records handed to open_batch (the partition had no open batch with room) */
     PyObject *gate;          /* the flag of the producer's core.Gate (a bytearray): gate[0] != 0 while the
                                 producer is open, has no fatal error and its accumulator takes records; whichever
                                 of them closes closes the Gate (one byte read here instead of three attribute
@@ -275,6 +279,7 @@ static void FastSend_dealloc(FastSend *self) {
     Py_CLEAR(self->gate);
     Py_CLEAR(self->callback_codes);
     Py_CLEAR(self->last_code);
+    Py_CLEAR(self->open_batch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -417,21 +422,25 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"sender", "metadata", "accumulator", "batches", "lock", "hash_cache", "sticky",
                              "topic_touched", "future_type", "batch_type", "monotonic_ms", "wall_ms",
                              "max_request_size", "record_overhead", "bound_extra", "hash_cache_size",
-                             "touch_ms", "ignore_keys", "gate", "callback_codes", NULL};
+                             "touch_ms", "ignore_keys", "gate", "callback_codes", "open_batch", NULL};
     PyObject *sender, *metadata, *accumulator, *batches, *lock, *hash_cache, *sticky, *topic_touched,
-        *monotonic_ms, *wall_ms, *gate, *callback_codes = Py_None;
+        *monotonic_ms, *wall_ms, *gate, *callback_codes = Py_None, *open_batch = Py_None;
     PyTypeObject *future_type, *batch_type;
     long long max_request_size, record_overhead, bound_extra;
     Py_ssize_t hash_cache_size;
     double touch_ms;
     int ignore_keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO!OO!OO!O!O!OOLLLndpO!O", kwlist, &sender, &metadata,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOO!OO!OO!O!O!OOLLLndpO!OO", kwlist, &sender, &metadata,
                                      &accumulator, &PyDict_Type, &batches, &lock, &PyDict_Type, &hash_cache,
                                      &sticky, &PyDict_Type, &topic_touched, &PyType_Type, &future_type,
                                      &PyType_Type, &batch_type, &monotonic_ms, &wall_ms, &max_request_size,
                                      &record_overhead, &bound_extra, &hash_cache_size, &touch_ms, &ignore_keys,
-                                     &PyByteArray_Type, &gate, &callback_codes))
+                                     &PyByteArray_Type, &gate, &callback_codes, &open_batch))
         return -1;
+    if (open_batch != Py_None && !PyCallable_Check(open_batch)) {
+        PyErr_SetString(PyExc_TypeError, "open_batch must be callable or None");
+        return -1;
+    }
     if (callback_codes != Py_None && !PyDict_CheckExact(callback_codes)) {
         PyErr_SetString(PyExc_TypeError, "callback_codes must be a dict or None");
         return -1;
@@ -492,6 +501,7 @@ static int FastSend_init(FastSend *self, PyObject *args, PyObject *kwds) {
     Py_XSETREF(self->gate, Py_NewRef(gate));
     Py_XSETREF(self->callback_codes, Py_NewRef(callback_codes));
     Py_CLEAR(self->last_code);
+    Py_XSETREF(self->open_batch, Py_NewRef(open_batch));
     self->max_request_size = max_request_size;
     self->record_overhead = record_overhead;
     self->bound_extra = bound_extra;
@@ -622,8 +632,16 @@ static PyObject *topic_partition(FastSend *fs, PyObject *topic, long long part, 
 /*
  * The fast path: 1 with *out the future, 0 when the record must take the Python path (nothing changed),
  * -1 with an exception set. args: topic, value, key, headers, partition, timestamp_ms, callback.
+ *
+ * When every check has passed and only the append failed because the partition has no open batch with room
+ * (no queue or no batch yet, the last batch closed, or full), the record goes to ``open_batch(producer, topic,
+ * partition, timestamp, key, value, callback, now, partition argument, timestamp_ms argument)``
+ * (Producer._open_batch: RecordAccumulator.append with max.block.ms, which may wait for memory, and the wakeup
+ * for a new batch; an error send() reports through the future comes back as a failed future) instead of the
+ * whole Python send(); then the sticky bytes are counted here as for a hit, when the record was queued (its
+ * future's batch is a ProducerBatch).
  */
-static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
+static int fast_send(FastSend *fs, PyObject *producer, PyObject **a, PyObject **out) {
     /* (held: waiting for the lock lets other threads run, and one may replace the topic's sticky list) */
     PyObject *sticky = NULL;
     PyObject *topic = a[0], *value = a[1], *key = a[2], *partition = a[4], *ts_arg = a[5], *callback = a[6];
@@ -786,6 +804,7 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
     /* the append, under the accumulator's lock, into the partition's last open batch */
     if (fs_lock(fs) < 0) goto error_cluster;
     int status = 0; /* 1 appended, 0 fallback, -1 error */
+    int need_batch = 0; /* (with status 0) the partition has no open batch with room: open_batch() takes it */
     PyObject *fut = NULL, *last = NULL;
     /* again under the lock: the accumulator's close() clears the flag while it holds the lock */
     if (!gate_open(fs)) goto unlock;
@@ -806,6 +825,7 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
         Py_DECREF(tp);
         if (dq == NULL) {
             if (PyErr_Occurred()) status = -1;
+            else need_batch = 1; /* the partition's first batch */
             goto unlock;
         }
 #ifdef HAVE_DICT_VERSION
@@ -830,8 +850,15 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
         status = -1;
         goto unlock;
     }
-    if (last == NULL || Py_TYPE(last) != fs->batch_type) goto unlock; /* (a subclass of BatchBase: checked) */
-    if (((BatchBase *)last)->closed != Py_False) goto unlock;
+    if (last == NULL) {
+        need_batch = 1;
+        goto unlock;
+    }
+    if (Py_TYPE(last) != fs->batch_type) goto unlock; /* (a subclass of BatchBase: checked) */
+    if (((BatchBase *)last)->closed != Py_False) {
+        need_batch = ((BatchBase *)last)->closed == Py_True;
+        goto unlock;
+    }
     PyObject *builder = ((BatchBase *)last)->builder;
     PyObject *thunks = ((BatchBase *)last)->thunks;
     if (builder == NULL || !PyObject_TypeCheck(builder, &RecordsBufferType)) goto unlock;
@@ -845,7 +872,8 @@ static int fast_send(FastSend *fs, PyObject **a, PyObject **out) {
     /* (no headers: the encoder never hands this record to the Python encoder, which would need ts_obj) */
     int appended = append_one(rb, Py_None, timestamp, key, value, Py_None);
     if (appended <= 0) {
-        status = appended; /* 0: the batch is full, the Python path opens the next one */
+        status = appended; /* 0: the batch is full: open_batch() opens the next one (or grows a compressed one) */
+        need_batch = appended == 0;
         goto unlock;
     }
     fut = fs->future_type->tp_alloc(fs->future_type, 0);
@@ -886,10 +914,38 @@ unlock:
             PyErr_Restore(exc_type, exc_value, exc_tb);
         }
     }
-    if (status <= 0) {
+    if (status < 0) {
         Py_XDECREF(fut);
-        if (status == 0) goto fallback_cluster;
         goto error_cluster;
+    }
+    if (status == 0) {
+        if (!need_batch || fs->open_batch == Py_None) goto fallback_cluster;
+        /* the rest of send() for this record, in Python: RecordAccumulator.append and the new batch's wakeup.
+           ``now`` as send() reads it: time.monotonic() (the coarse clock above is only for the touch check),
+           or the injected clock's one reading */
+        if (fs->monotonic_ms == Py_None && clock_now(Py_None, CLOCK_MONOTONIC, &now) < 0) goto error_cluster;
+        PyObject *part_obj = PyLong_FromLongLong(part);
+        PyObject *ts_obj = part_obj == NULL ? NULL : PyLong_FromLongLong(timestamp);
+        PyObject *now_obj = ts_obj == NULL ? NULL : PyFloat_FromDouble(now);
+        if (now_obj != NULL) {
+            PyObject *call_args[10] = {producer, topic, part_obj, ts_obj, key, value, callback, now_obj, partition,
+                                       ts_arg};
+            fs->opened++;
+            fut = PyObject_Vectorcall(fs->open_batch, call_args, 10, NULL);
+        }
+        Py_XDECREF(part_obj);
+        Py_XDECREF(ts_obj);
+        Py_XDECREF(now_obj);
+        if (fut == NULL) goto error_cluster;
+        /* queued (else a failed future: send() counts no sticky bytes for a record it could not queue) */
+        if (!PyObject_TypeCheck(fut, &FutureBaseType) || ((FutureBase *)fut)->batch == NULL ||
+            Py_TYPE(((FutureBase *)fut)->batch) != fs->batch_type) {
+            Py_XDECREF(sticky);
+            Py_DECREF(cluster);
+            *out = fut;
+            return 1;
+        }
+        status = 2;
     }
     /* uniform sticky: account the record's bytes; a batch's worth moves the topic on (as Python send()) */
     if (sticky != NULL) {
@@ -901,7 +957,7 @@ unlock:
         }
     }
     Py_DECREF(cluster);
-    fs->hits++;
+    if (status == 1) fs->hits++;
     *out = fut;
     return 1;
 fallback_cluster:
@@ -915,7 +971,9 @@ error_cluster:
 }
 
 static PyMemberDef FastSend_members[] = {
-    {"hits", T_LONGLONG, offsetof(FastSend, hits), READONLY, "records queued by the fast path"},
+    {"hits", T_LONGLONG, offsetof(FastSend, hits), READONLY, "records queued by the fast path into an open batch"},
+    {"opened", T_LONGLONG, offsetof(FastSend, opened), READONLY,
+     "records the fast path handed to open_batch (no open batch with room)"},
     {"lock_direct", T_INT, offsetof(FastSend, lock_direct), READONLY, "the lock is taken without a call"},
     {"lock_sem", T_INT, offsetof(FastSend, lock_sem), READONLY, "... as the semaphore it is (Linux)"},
     {NULL, 0, 0, 0, NULL},
@@ -963,7 +1021,7 @@ static PyObject *SendMethod_vectorcall(SendMethod *self, PyObject *const *args, 
             }
             if (ok && a[0] != NULL) {
                 PyObject *out = NULL;
-                int r = fast_send((FastSend *)fs, a, &out);
+                int r = fast_send((FastSend *)fs, producer, a, &out);
                 Py_DECREF(fs);
                 if (r > 0) return out;
                 if (r < 0) return NULL;

@@ -143,6 +143,10 @@ class RecordAccumulator:
         #: puts an older batch at the head of a queue (a retry, a split, a drain uncovering it) lowers it; a
         #: new batch never expires before the ones queued already
         self.next_batch_expiry_ms = float("inf")
+        #: whether the last drain() left a batch queued in a partition of the nodes it drained (True when it may
+        #: have: a muted partition, a batch backing off or kept waiting, the request full); the sender asks ready()
+        #: again after sending only then (Sender._after_send_timeout)
+        self.left_behind = True
 
     # -- append (application threads) -------------------------------------------------------------
     #
@@ -315,8 +319,10 @@ class RecordAccumulator:
     def sends_at_once(self) -> bool:
         """Whether every partition's head batch is sendable now, lingering or not: a thread waits for buffer
         memory, a flush is under way, the accumulator is closed, or a transaction is completing."""
-        return (self._flushes_in_progress > 0 or self._closed or self.free.queued() > 0
-                or (self.txn is not None and self.txn.is_completing()))
+        # (attributes, not calls: ready() asks this on the network thread, and each call there is a cold frame)
+        txn = self.txn
+        return (self._flushes_in_progress > 0 or self._closed or bool(self.free.waiters)
+                or (txn is not None and txn.completing))
 
     def ready(self, cluster: "Cluster", now_ms: float) -> ReadyCheckResult:
         """Nodes with at least one sendable partition, how long until another might become sendable,
@@ -324,8 +330,9 @@ class RecordAccumulator:
         ready_nodes: Set[int] = set()
         next_delay = float("inf")
         unknown: Set[str] = set()
-        # every partition's head batch is sendable now, lingering or not
-        forced = self.sends_at_once()
+        # every partition's head batch is sendable now, lingering or not (asked once, when a lingering batch
+        # needs the answer: nothing else calls for it)
+        forced: Optional[bool] = None
         linger = self.linger_ms
         leaders = cluster.leaders
         nodes = cluster.nodes
@@ -348,11 +355,13 @@ class RecordAccumulator:
             waited = now_ms - batch.last_attempt_ms
             if batch.attempts > 0 and waited < batch.retry_backoff_ms:  # backing off after a failed attempt
                 next_delay = min(next_delay, batch.retry_backoff_ms - waited)
-            elif forced or waited >= linger or len(dq) > 1 or batch.is_full():
+            elif waited >= linger or len(dq) > 1 or batch.is_full() or (
+                    forced if forced is not None else (forced := self.sends_at_once())):
                 ready_nodes.add(leader)
             else:
                 next_delay = min(next_delay, linger - waited)
-        return ReadyCheckResult(ready_nodes, next_delay, unknown)
+        # built without the NamedTuple's Python-level __new__ (a call per ready(), several per request)
+        return _tuple_new(ReadyCheckResult, (ready_nodes, next_delay, unknown))  # type: ignore[no-any-return]
 
     def _partitions_by_node(self, cluster: "Cluster") -> Dict[int, List[TopicPartition]]:
         cached_cluster, mapping = self._node_partitions_cache
@@ -367,57 +376,66 @@ class RecordAccumulator:
 
     def drain(self, cluster: "Cluster", nodes: Set[int], max_size: int, now_ms: float) -> Dict[int, List[ProducerBatch]]:
         """Take head batches of each node's partitions, up to ``max_size`` bytes per node, starting each
-        time from the next partition so that none starves. Taken batches are closed for appends."""
-        by_node = self._partitions_by_node(cluster)
+        time from the next partition so that none starves. Taken batches are closed for appends.
+        ``left_behind`` tells afterwards whether a batch of those nodes' partitions may still be queued."""
+        cached_cluster, by_node = self._node_partitions_cache
+        if cached_cluster is not cluster:
+            by_node = self._partitions_by_node(cluster)
         out: Dict[int, List[ProducerBatch]] = {}
-        for node in nodes:
-            batches = self._drain_node(by_node.get(node, []), node, max_size, now_ms)
-            if batches:
-                out[node] = batches
-        return out
-
-    def _drain_node(self, parts: List[TopicPartition], node: int, max_size: int, now_ms: float) -> List[ProducerBatch]:
-        if not parts:
-            return []
-        size = 0
-        ready: List[ProducerBatch] = []
-        n = len(parts)
-        start = self._drain_index.get(node, 0) % n
-        idx = start
         txn = self.txn
-        with self._lock:
-            # idempotence: takes the head batch (its sequence) or keeps it waiting
-            take = txn.drain_sequencer() if txn is not None else None
-            if txn is not None and take is None:
-                return ready  # no batch may go now (e.g. the producer id is not known yet)
-            batches = self._batches
-            muted = self._muted
-            while True:
-                tp = parts[idx]
-                idx = (idx + 1) % n
-                dq = batches.get(tp)
-                if dq and tp not in muted:
-                    first = dq[0]
-                    if not (first.attempts > 0 and first.is_backing_off(now_ms)):
-                        first_size = first.estimated_size()
-                        if ready and size + first_size > max_size:
-                            # a single batch larger than the request size is still sent, alone.
-                            # The next drain starts at this partition, so that it is not starved.
-                            idx = (idx - 1) % n
-                            break
-                        if take is None or take(first):
-                            dq.popleft()
-                            if dq:
-                                self._head_queued(dq[0])
-                            first.close_for_appends()
-                            first.in_flight = True
-                            first.drained_ms = now_ms
-                            size += first_size
-                            ready.append(first)
-                if idx == start:
-                    break
-            self._drain_index[node] = idx
-        return ready
+        batches = self._batches
+        muted = self._muted
+        left = False  # a batch stays queued in a partition of ``nodes`` (or may: the tests below are conservative)
+        for node in nodes:
+            parts = by_node.get(node)
+            if not parts:
+                continue
+            size = 0
+            ready: List[ProducerBatch] = []
+            n = len(parts)
+            start = self._drain_index.get(node, 0) % n
+            idx = start
+            with self._lock:
+                # idempotence: takes the head batch (its sequence) or keeps it waiting
+                take = txn.drain_sequencer() if txn is not None else None
+                if txn is not None and take is None:
+                    left = True  # no batch may go now (e.g. the producer id is not known yet)
+                    continue
+                while True:
+                    tp = parts[idx]
+                    idx = (idx + 1) % n
+                    dq = batches.get(tp)
+                    if dq:
+                        first = dq[0]
+                        if tp in muted or (first.attempts > 0 and first.is_backing_off(now_ms)):
+                            left = True
+                        else:
+                            first_size = first.estimated_size()
+                            if ready and size + first_size > max_size:
+                                # a single batch larger than the request size is still sent, alone.
+                                # The next drain starts at this partition, so that it is not starved.
+                                idx = (idx - 1) % n
+                                left = True
+                                break
+                            if take is None or take(first):
+                                dq.popleft()
+                                if dq:
+                                    self._head_queued(dq[0])
+                                    left = True
+                                first.close_for_appends()
+                                first.in_flight = True
+                                first.drained_ms = now_ms
+                                size += first_size
+                                ready.append(first)
+                            else:
+                                left = True
+                    if idx == start:
+                        break
+                self._drain_index[node] = idx
+            if ready:
+                out[node] = ready
+        self.left_behind = left
+        return out
 
     # -- retries ---------------------------------------------------------------------------------
 

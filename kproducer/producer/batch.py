@@ -234,8 +234,7 @@ class ProducerBatch(_BatchBase):
         pool = self.pool
         if pool is not None and builder.compression != CODEC_NONE:
             return
-        with builder.records_view() as view:
-            builder._buf = bytearray(view)
+        builder._buf = buf[:builder._len]  # (a copy: builder.records_view() copied, without its call)
         if pool is not None:
             self.pool = None
             self.reserved_bytes = pool.exchange(self.reserved_bytes, buf, RECORD_BATCH_OVERHEAD + builder._len)
@@ -260,7 +259,7 @@ class ProducerBatch(_BatchBase):
     def last_sequence(self) -> int:
         if self.base_sequence < 0:
             return -1
-        return (self.base_sequence + self.record_count - 1) & 0x7FFFFFFF
+        return (self.base_sequence + self.builder._count - 1) & 0x7FFFFFFF  # (record_count, without its call)
 
     def records(self) -> bytes:
         """The batch as it goes on the wire (built once per producer state)."""

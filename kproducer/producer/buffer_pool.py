@@ -72,7 +72,9 @@ class BufferPool:
         self._lock = threading.Lock()
         self._available = total_memory  # memory neither reserved, nor in a free buffer, nor promised to a waiter
         self._free: Deque[bytearray] = deque()  # batch.size buffers given back, ready for new batches
-        self._waiters: Deque[_Waiter] = deque()
+        #: the threads waiting for memory, first come first served (read by the accumulator: while one waits,
+        #: every batch is sendable at once, RecordAccumulator.sends_at_once; changed only by this pool)
+        self.waiters: Deque[_Waiter] = deque()
         self._closed = False
         self.wait_time_ms_total = 0.0
         #: batch buffers handed out by allocate_buffer: reused from the free list / newly made
@@ -118,7 +120,7 @@ class BufferPool:
         with self._lock:
             if self._closed:
                 raise KafkaError("the producer is closed; no memory can be allocated")
-            if not self._waiters:
+            if not self.waiters:
                 if size == self.poolable_size and self._free:
                     buf = self._free.pop()
                     return buf if want_buffer else None
@@ -128,7 +130,7 @@ class BufferPool:
                     return None
             # out of memory (or others are waiting first): queue up and collect memory as it frees up
             waiter = _Waiter(self._lock, size)
-            self._waiters.append(waiter)
+            self.waiters.append(waiter)
             start = self.clock.monotonic_ms()
             deadline = start + max_time_to_block_ms
             exhausted = False
@@ -137,7 +139,7 @@ class BufferPool:
                     if self._closed:
                         raise KafkaError("the producer was closed while send() waited for buffer memory")
                     # take what is free right now, if we are at the head of the queue
-                    if self._waiters[0] is waiter:
+                    if self.waiters[0] is waiter:
                         if waiter.collected == 0 and size == self.poolable_size and self._free:
                             buf = self._free.pop()
                             return buf if want_buffer else None
@@ -168,9 +170,9 @@ class BufferPool:
                 self.wait_time_ms_total += waited
                 if self.metrics is not None:
                     self.metrics.record_buffer_wait(waited, exhausted)
-                self._waiters.remove(waiter)
-                if self._waiters and (self._available > 0 or self._free):
-                    self._waiters[0].cond.notify()
+                self.waiters.remove(waiter)
+                if self.waiters and (self._available > 0 or self._free):
+                    self.waiters[0].cond.notify()
 
     def try_allocate(self, size: int) -> bool:
         """Reserve ``size`` bytes only if that needs no waiting (free now, and nobody is waiting first);
@@ -178,7 +180,7 @@ class BufferPool:
         if size <= 0:
             return True
         with self._lock:
-            if (self._closed or self._waiters
+            if (self._closed or self.waiters
                     or self.available_memory_unlocked() < size):
                 return False
             self._free_up(size)
@@ -219,14 +221,17 @@ class BufferPool:
     def deallocate_many(self, returns: Iterable[Tuple[int, Optional[bytearray]]]) -> None:
         """:meth:`deallocate` of several reservations (the batches of one produce response) under one take of
         the lock, with one wakeup of the waiting sends."""
-        checked = [(size, buffer, self._reusable(size, buffer)) for size, buffer in returns if size > 0]
+        checked = []
+        for size, buffer in returns:  # (a loop, not a comprehension: one frame less per produce response)
+            if size > 0:
+                checked.append((size, buffer, None if buffer is None else self._reusable(size, buffer)))
         if not checked:
             return
         with self._lock:
             for size, buffer, reusable in checked:
                 self._give_back(size, buffer, reusable)
-            if self._waiters:
-                self._waiters[0].cond.notify()
+            if self.waiters:
+                self.waiters[0].cond.notify()
         on_free = self.on_free
         if on_free is not None:
             on_free()
@@ -242,10 +247,11 @@ class BufferPool:
         reusable = self._reusable(size, buffer)
         with self._lock:
             self._give_back(size, buffer, reusable)
-            self._free_up(keep)  # the memory given back covers ``keep``: at worst the buffer is dropped here
+            if self._available < keep:  # (_free_up's own test, made before the call)
+                self._free_up(keep)  # the memory given back covers ``keep``: at worst the buffer is dropped here
             self._available -= keep
-            if self._waiters:
-                self._waiters[0].cond.notify()
+            if self.waiters:
+                self.waiters[0].cond.notify()
         on_free = self.on_free
         if on_free is not None:
             on_free()
@@ -264,12 +270,12 @@ class BufferPool:
     def free_unless_waited(self) -> int:
         """:meth:`available_memory_unlocked`, or -1 while a thread waits for memory (whose turn comes first): what
         records may take without waiting, read without the lock (the send core's check for staged records)."""
-        return -1 if self._waiters else self._available + len(self._free) * self.poolable_size
+        return -1 if self.waiters else self._available + len(self._free) * self.poolable_size
 
     def can_take(self, size: int) -> bool:
         """Whether ``size`` bytes could be reserved now without waiting (nobody waits, enough available)."""
         with self._lock:
-            return not self._waiters and self.available_memory_unlocked() >= size
+            return not self.waiters and self.available_memory_unlocked() >= size
 
     def unallocated_memory(self) -> int:
         """Memory in neither a batch nor a free buffer (Java's ``unallocatedMemory()``)."""
@@ -278,7 +284,7 @@ class BufferPool:
 
     def queued(self) -> int:
         """How many threads are waiting for memory (the accumulator treats > 0 as 'memory exhausted')."""
-        return len(self._waiters)
+        return len(self.waiters)
 
     @property
     def free_blocks(self) -> int:
@@ -297,5 +303,5 @@ class BufferPool:
             self._closed = True
             self._available += len(self._free) * self.poolable_size
             self._free.clear()
-            for w in self._waiters:
+            for w in self.waiters:
                 w.cond.notify_all()

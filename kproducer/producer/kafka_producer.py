@@ -98,43 +98,52 @@ class Producer:
         configure_plugins(cfg, self.client_id)  # plug-ins made from class names, as Java configures them
         clk = self._clock
         security = channel_security(cfg)
-        selector = transport if transport is not None else Selector(
-            max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes, cfg.receive_buffer_bytes,
-            ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup,
-            setup_max_receive_size=SETUP_MAX_RECEIVE_SIZE, keepalive=cfg.socket_keepalive_enable)
-        # the parts are wired by the one function the test harness uses too (kproducer.testing)
-        parts = self._parts = wire_producer(cfg, clk, selector, client_id=self.client_id, security=security)
-        self._metadata = parts.metadata
-        self._txn: Optional[TransactionManager] = parts.transaction_manager
-        self._pool = parts.pool
-        self._accumulator = parts.accumulator
-        self._client = parts.client
-        self._sender = parts.sender
-        # serializers, interceptors, partitioning, checks; the sticky partitioner moves on after a batch's worth
-        # (compressed batches hold more: the accumulator's ratio estimate)
-        self._admission = RecordAdmission(
-            cfg, self._txn, sticky=StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit))
-        self._max_block_ms = cfg.max_block_ms
-        # the send core: the rules every send path shares (touching a topic, appending runs, room in the pool)
-        # and the narrow API the asyncio producer uses (send_core(); kproducer/producer/core.py)
-        core = self._core = SendCore(metadata=self._metadata, admission=self._admission, pool=self._pool,
-                                     accumulator=self._accumulator, sender=self._sender, txn=self._txn, clock=clk,
-                                     max_block_ms=cfg.max_block_ms, wait_on_metadata=self._wait_on_metadata,
-                                     wakeup=selector.wakeup)
-        self._touch = core.touch
-        self._wall_ms = clk.wall_ms
-        self._monotonic_ms = clk.monotonic_ms
-        self._system_clock = core.system_clock
-        self._wake_for_new_batch = self._sender.wakeup_for_new_batch
-        self._closed = False
-        self._forked = False  # True in a child process that inherited this producer through fork()
-        self._pid = os.getpid()
-        self._close_lock = threading.Lock()
-        self._plugins_closed = False
-        #: the compiled fast path's gate (RecordAccumulator.gate)
-        self._gate = self._accumulator.gate
-        #: what send()'s compiled fast path reads (None: every record takes the Python send())
-        self._fast = self._fast_path()
+        # (what is opened from here on is closed again when the constructor fails: the OAuth token's refresher
+        # thread, started by channel_security(), and the selector's sockets)
+        selector: Optional[Transport] = None
+        try:
+            selector = transport if transport is not None else Selector(
+                max(cfg.max_request_size, 100 * 1024 * 1024), cfg.send_buffer_bytes, cfg.receive_buffer_bytes,
+                ssl_context=security.ssl_context, client_dns_lookup=cfg.client_dns_lookup,
+                setup_max_receive_size=SETUP_MAX_RECEIVE_SIZE, keepalive=cfg.socket_keepalive_enable)
+            # the parts are wired by the one function the test harness uses too (kproducer.testing)
+            parts = self._parts = wire_producer(cfg, clk, selector, client_id=self.client_id, security=security)
+            self._metadata = parts.metadata
+            self._txn: Optional[TransactionManager] = parts.transaction_manager
+            self._pool = parts.pool
+            self._accumulator = parts.accumulator
+            self._client = parts.client
+            self._sender = parts.sender
+            # serializers, interceptors, partitioning, checks; the sticky partitioner moves on after a batch's worth
+            # (compressed batches hold more: the accumulator's ratio estimate)
+            self._admission = RecordAdmission(
+                cfg, self._txn, sticky=StickyPartitioner(cfg.batch_size, batch_bytes=self._accumulator.batch_limit))
+            self._max_block_ms = cfg.max_block_ms
+            # the send core: the rules every send path shares (touching a topic, appending runs, room in the pool)
+            # and the narrow API the asyncio producer uses (send_core(); kproducer/producer/core.py)
+            core = self._core = SendCore(metadata=self._metadata, admission=self._admission, pool=self._pool,
+                                         accumulator=self._accumulator, sender=self._sender, txn=self._txn, clock=clk,
+                                         max_block_ms=cfg.max_block_ms, wait_on_metadata=self._wait_on_metadata,
+                                         wakeup=selector.wakeup)
+            self._touch = core.touch
+            self._wall_ms = clk.wall_ms
+            self._monotonic_ms = clk.monotonic_ms
+            self._system_clock = core.system_clock
+            self._wake_for_new_batch = self._sender.wakeup_for_new_batch
+            self._closed = False
+            self._forked = False  # True in a child process that inherited this producer through fork()
+            self._pid = os.getpid()
+            self._close_lock = threading.Lock()
+            self._plugins_closed = False
+            #: the compiled fast path's gate (RecordAccumulator.gate)
+            self._gate = self._accumulator.gate
+            #: what send()'s compiled fast path reads (None: every record takes the Python send())
+            self._fast = self._fast_path()
+        except BaseException:
+            if transport is None and selector is not None:
+                selector.close_all()
+            security.close()
+            raise
         self._sender.start()
         # (the network thread references no Producer: dropped without close(), this object is collected,
         # the finalizer warns and the thread delivers what is queued; see lifecycle.py)
@@ -165,8 +174,9 @@ class Producer:
         # every record, through admission.py's functions (plain_record, check_timestamp, record_size and
         # size_limit: the Python paths' one copy of each rule). With the accelerator, Producer.send is a
         # _send.SendMethod: its fast_send() (_send.c) runs the plain case first with a compiled copy of these
-        # rules and calls this function for everything else: a change to these rules needs the same change
-        # there (tests/unit/test_fast_send.py compares the two).
+        # rules (a record the partition's open batch has no room for goes on through _open_batch, the queueing
+        # below: _append and _send_failed) and calls this function for everything else: a change to these rules
+        # needs the same change there (tests/unit/test_fast_send.py compares the two).
         if self._closed or self._sender.fatal_error is not None:
             self._raise_unusable()
         if callback is not None and (type(callback) is not _FunctionType or
@@ -230,10 +240,9 @@ class Producer:
             if adm.txn is not None:
                 adm.txn.check_can_send((topic, part))
             # (time spent above only counts against max.block.ms when metadata had to be fetched)
-            result = self._accumulator.append(
-                topic, part, timestamp, key, value, headers,
-                callback if interceptors is None else interceptors.callback(callback, topic, part),
-                self._max_block_ms if waited is None else waited, now)
+            fut = self._append(topic, part, timestamp, key, value, headers,
+                               callback if interceptors is None else interceptors.callback(callback, topic, part),
+                               self._max_block_ms if waited is None else waited, now)
             if sticky is not None:
                 sticky[1] += size
                 if sticky[1] >= sticky[2]:  # a batch's worth (compressed batches hold more: partitioner.py)
@@ -241,12 +250,7 @@ class Producer:
                                                           sticky[0])
                     sticky[1] = 0
                     sticky[2] = adm.sticky.limit(topic)
-            if result[2]:
-                # A new batch: the one before it is full, or this is the first of the partition. Java also wakes
-                # the sender on every append while a partition has more than one batch; here each wakeup can
-                # cost a GIL handoff, and the sender re-checks the queues after every response anyway.
-                self._wake_for_new_batch(now, result[1])
-            return result[0]
+            return fut
         except FUTURE_ERRORS as e:
             # Java's doSend: an ApiException fails this record's future and callback (and makes an open
             # transaction abortable) instead of being thrown; programming errors still raise
@@ -260,6 +264,31 @@ class Producer:
                     failure_metadata(topic, partition if type(partition) is int else -1), e)
             raise
 
+    def _append(self, topic: str, part: int, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+                headers: Optional[Sequence[Header]], callback: Optional[Callback], max_block_ms: float,
+                now: float) -> FutureRecordMetadata:
+        """Queue a record that passed send()'s checks (RecordAccumulator.append: into the partition's open batch,
+        or a new one, waiting up to ``max_block_ms`` for memory) and wake the network thread for a new batch."""
+        result = self._accumulator.append(topic, part, timestamp, key, value, headers, callback, max_block_ms, now)
+        if result[2]:
+            # A new batch: the one before it is full, or this is the first of the partition. Java also wakes the
+            # sender on every append while a partition has more than one batch; here each wakeup can cost a GIL
+            # handoff, and the sender re-checks the queues after every response anyway.
+            self._wake_for_new_batch(now, result[1])
+        return result[0]
+
+    def _open_batch(self, topic: str, part: int, timestamp: int, key: Optional[bytes], value: Optional[bytes],
+                    callback: Optional[Callback], now: float, partition: Optional[int],
+                    timestamp_ms: Optional[int]) -> FutureRecordMetadata:
+        """The rest of send() for a record the compiled send() checked and placed (``part``) but could not append:
+        the partition has no open batch with room. Queues it as send() does (:meth:`_append`, max.block.ms) and
+        reports send()'s future errors through its future (:meth:`_send_failed`; ``partition`` and
+        ``timestamp_ms``: send()'s arguments). The compiled send() counts the sticky bytes once it is queued."""
+        try:
+            return self._append(topic, part, timestamp, key, value, None, callback, self._max_block_ms, now)
+        except FUTURE_ERRORS as e:
+            return self._send_failed(e, topic, partition, timestamp_ms, key, value, callback)
+
     if _send_c is not None and not TYPE_CHECKING:
         # Producer.send as a compiled method: a plain record (see _fast_path) is queued in C without a Python
         # frame; every other call runs the send() above, unchanged (help(), signature and typing are its own)
@@ -269,8 +298,9 @@ class Producer:
         """The compiled fast path's view of this producer (``_send.FastSend``), or None when the settings
         send every record through the Python send(): no accelerator, serializers, interceptors, a custom
         partitioner, or transactions. The fast path takes a record of bytes/None key and value without
-        headers, for a topic whose metadata is known, that fits the partition's open batch; it falls back to
-        the Python send() for anything else before changing anything, so the rules stay those of send()."""
+        headers, for a topic whose metadata is known, and appends it to the partition's open batch, or hands it
+        to :meth:`_open_batch` when that has no room; it falls back to the Python send() for anything else before
+        changing anything, so the rules stay those of send()."""
         adm = self._admission
         if _send_c is None or not adm.plain or adm.txn is not None or self._txn is not None \
                 and self._txn.is_transactional:
@@ -283,7 +313,8 @@ class Producer:
             monotonic_ms=None if self._system_clock else self._monotonic_ms,
             wall_ms=None if self._system_clock else self._wall_ms, max_request_size=adm.max_request_size,
             record_overhead=_RECORD_OVERHEAD, bound_extra=_BOUND_EXTRA, hash_cache_size=HASH_CACHE_SIZE,
-            touch_ms=TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate.flag, callback_codes=_CALLBACK_CODES)
+            touch_ms=TOPIC_TOUCH_MS, ignore_keys=adm.ignore_keys, gate=self._gate.flag, callback_codes=_CALLBACK_CODES,
+            open_batch=type(self)._open_batch)  # (unbound: a bound method here would make a cycle with the producer)
 
     def _send_failed_intercepted(self, interceptors: Interceptors, error: KafkaError, topic: str,
                                  partition: Optional[int], timestamp_ms: Optional[int], key: Any, value: Any,

@@ -399,7 +399,10 @@ class ProducerMetrics:
         # statistics.interval.ms / stats_cb
         self._stats_cb = stats_cb if stats_interval_ms > 0 else None
         self._stats_interval_ms = float(stats_interval_ms)
-        self._next_report_ms = clock.monotonic_ms() + self._stats_interval_ms
+        #: when stats_cb is due next (the clock's monotonic ms; inf without one): the network thread calls
+        #: maybe_report() only from then on
+        self.next_report_ms = clock.monotonic_ms() + self._stats_interval_ms if self._stats_cb is not None \
+            else math.inf
         #: how many times stats_cb was called, and how many of those raised
         self.stats_reports = 0
         self.stats_failures = 0
@@ -439,7 +442,8 @@ class ProducerMetrics:
             sensors = self._nodes[node] = _NodeSensors(self.config)
         return sensors
 
-    def record_produce_request(self, node: int, batches: Sequence["ProducerBatch"]) -> None:
+    def record_produce_request(self, node: int, batches: Sequence["ProducerBatch"],
+                               now: Optional[float] = None) -> None:
         """A produce request to ``node`` carrying ``batches`` was sent (their records are built): per batch
         its size, compression ratio, queue time and the topic's records and bytes; per request the record
         count (Java's Sender.updateProduceRequestMetrics). All happen at one time, so each sensor takes the
@@ -447,8 +451,10 @@ class ProducerMetrics:
 
         record-size: as Java, each batch records its largest record, as the size of a batch holding just that
         record (the 61-byte batch header included); the builder keeps its largest record's size as it writes
-        them (one comparison per record where the record is written, instead of a walk over the batch here)."""
-        now = self.clock.monotonic_ms()
+        them (one comparison per record where the record is written, instead of a walk over the batch here).
+        ``now``: when it was sent (the clock's monotonic ms; None: now)."""
+        if now is None:
+            now = self.clock.monotonic_ms()
         (records, count, size_sum, size_max, ratio_sum, ratio_max, queue_sum, queue_max, rsize_sum, rsize_max,
          rsize_count, per_topic) = _request_stats(batches)
         with self._lock:
@@ -459,24 +465,27 @@ class ProducerMetrics:
                 if rsize_count:
                     self._record_size.record_many(rsize_sum, rsize_count, rsize_max, now)
                 for topic, (n_records, n_bytes, r_sum, r_max, n_batches) in per_topic.items():
-                    ts = self._topic(topic)
+                    ts = self._topics.get(topic) or self._topic(topic)  # (made once: the call only then)
                     ts.records.record_many(n_records, int(n_batches), n_records, now)
                     ts.bytes.record_many(n_bytes, int(n_batches), n_bytes, now)
                     ts.compression.record_many(r_sum, int(n_batches), r_max, now)
             self._records_per_request.record(records, now)
-            self._node(node).requests.record(1, now)
+            (self._nodes.get(node) or self._node(node)).requests.record(1, now)  # (made once: the call only then)
             self.requests += 1
             self.batches_sent += count
             self.records_sent += records
 
-    def record_produce_response(self, node: int, latency_ms: float, throttle_time_ms: float = 0) -> None:
-        """A produce response came from ``node`` (with acks=0 there is none)."""
-        now = self.clock.monotonic_ms()
+    def record_produce_response(self, node: int, latency_ms: float, throttle_time_ms: float = 0,
+                                now: Optional[float] = None) -> None:
+        """A produce response came from ``node`` (with acks=0 there is none), at ``now`` (the clock's
+        monotonic ms; None: now)."""
+        if now is None:
+            now = self.clock.monotonic_ms()
         with self._lock:
             self._latency.record(latency_ms, now)
             self._throttle.record(throttle_time_ms, now)
             self._responses.record(1, now)
-            n = self._node(node)
+            n = self._nodes.get(node) or self._node(node)  # (made once: the call only then)
             n.latency.record(latency_ms, now)
             n.responses.record(1, now)
             self.responses += 1
@@ -659,25 +668,25 @@ class ProducerMetrics:
         }
 
     def maybe_report(self, now: float) -> float:
-        """Called by the network thread each iteration: calls stats_cb when the interval has passed.
-        Returns how long until the next report is due (inf when there is no stats_cb)."""
+        """Calls stats_cb when the interval has passed (the network thread, once ``now`` reaches
+        ``next_report_ms``). Returns how long until the next report is due (inf when there is no stats_cb)."""
         cb = self._stats_cb
         if cb is None:
             return math.inf
-        due = self._next_report_ms
+        due = self.next_report_ms
         if now < due:
             return due - now
         # the next report one interval after this one was due; after a stall, one interval from now
         # (no burst of reports to catch up)
         nxt = due + self._stats_interval_ms
-        self._next_report_ms = nxt if nxt > now else now + self._stats_interval_ms
+        self.next_report_ms = nxt if nxt > now else now + self._stats_interval_ms
         self.stats_reports += 1
         try:
             cb(json.dumps(self.stats(), separators=(",", ":")))
         except Exception:
             self.stats_failures += 1
             log.exception("stats_cb raised an exception; it is ignored")
-        return max(0.0, self._next_report_ms - now)
+        return max(0.0, self.next_report_ms - now)
 
 
 #: the former name (kproducer <= the metrics rework)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -271,16 +272,21 @@ class Sender(threading.Thread):
         # tests, and each call the network thread makes costs it a cache-cold frame, see docs/performance.md)
         if self.client.pending_authentication_failures:
             self._fail_batches_on_authentication_failure()
-        report_in = self.metrics.maybe_report(self.clock.monotonic_ms())  # statistics.interval.ms
+        clock = self.clock
+        now = clock.monotonic_ms()
+        metrics = self.metrics
+        if now >= metrics.next_report_ms:  # statistics.interval.ms (inf without a stats_cb)
+            metrics.maybe_report(now)
+            now = clock.monotonic_ms()
         txn = self.txn
         # (the idempotent producer with its producer id and no reset pending has no coordinator business)
         if txn is not None and (txn.is_transactional or txn.reset_required or not txn.has_producer_id()):
             if self._maybe_handle_producer_id():
                 # still bound every record's wait by delivery.timeout.ms (e.g. no broker gives us an id)
-                self._fail_expired_batches(self.clock.monotonic_ms())
+                self._fail_expired_batches(clock.monotonic_ms())
                 return
-        now = self.clock.monotonic_ms()
-        timeout = min(self.send_producer_data(now), report_in)
+            now = clock.monotonic_ms()
+        timeout = min(self.send_producer_data(now), max(0.0, metrics.next_report_ms - now))
         # published before the wait and withdrawn after it, before the next iteration looks at the queues: a
         # batch opened meanwhile is either seen by that iteration or woken for (wakeup_for_new_batch)
         self.poll_until_ms = now + timeout
@@ -318,8 +324,38 @@ class Sender(threading.Thread):
         if not txn.is_transactional:
             if txn.has_producer_id():
                 return False  # (InitProducerId is the idempotent producer's only coordinator request)
+            if txn.has_abortable_error():
+                self._handle_refused_producer_id(txn)
             txn.request_producer_id_if_needed()
         return self._maybe_send_and_poll_transactional_request(txn)
+
+    def _handle_refused_producer_id(self, txn: TransactionManager) -> None:
+        """The idempotent producer's InitProducerId was refused (CLUSTER_AUTHORIZATION_FAILED: KIP-679, a principal
+        that may Write no topic; or TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Java's
+        ``Sender.shouldHandleAuthorizationError``: the queued records fail with that error, the manager goes back to
+        UNINITIALIZED and asks again, so that the same producer delivers once the ACL is added. Unlike Java, which
+        asks again at once, the next InitProducerId waits out the KIP-580 backoff (retry.backoff.ms doubling per
+        refusal up to retry.backoff.max.ms) as its retries do: no loop at the broker's round trip."""
+        error = txn.last_error or KafkaError("InitProducerId was refused")
+        refusals = txn.init_refusals
+        now = self.clock.monotonic_ms()
+        delay = self.accumulator.retry_backoff.backoff(max(0, refusals - 1))
+
+        def tell(batches: List[ProducerBatch]) -> None:
+            txn.handle_aborted_batches(batches, error)  # (as every failed batch, through the manager)
+
+        # (nothing is in flight: a producer without a producer id sends no records)
+        aborted = self.accumulator.abort_undrained_batches(error, before_failing=tell)
+        if refusals <= 1:
+            log.warning("the broker refused the idempotent producer a producer id: %s; %d queued batches fail, and "
+                        "it asks again after retry.backoff.ms, doubling up to retry.backoff.max.ms (the principal "
+                        "needs IdempotentWrite on the cluster or Write on a topic)", error, len(aborted))
+            if isinstance(error, KafkaError):
+                self.client.report_error(error)  # (error_cb: once per run of refusals)
+        else:
+            log.debug("InitProducerId refused again (%d times): %s; %d queued batches fail; asking again in "
+                      "%.0f ms", refusals, error, len(aborted), delay)
+        txn.transition_to_uninitialized(now + delay)
 
     # -- coordinator requests (transactions) ----------------------------------------------------------
 
@@ -472,7 +508,10 @@ class Sender(threading.Thread):
         cluster = self.metadata.cluster
         acc = self.accumulator
         result = acc.ready(cluster, now)
-        ready_nodes, not_ready_timeout = self._sendable_nodes(result, now)
+        if result.ready_nodes or result.unknown_leader_topics:
+            ready_nodes, not_ready_timeout = self._sendable_nodes(result, now)
+        else:
+            ready_nodes, not_ready_timeout = set(), float("inf")
         batches = acc.drain(cluster, ready_nodes, self.max_request_size, now) if ready_nodes else {}
         timeout_ms = acc.delivery_timeout_ms
         for node_batches in batches.values():
@@ -482,13 +521,15 @@ class Sender(threading.Thread):
                     self._next_in_flight_expiry = b.created_ms + timeout_ms
                 if self.guarantee_message_order:
                     acc.mute(b.tp)
-        if now >= acc.next_batch_expiry_ms or now >= self._next_in_flight_expiry or self.expiry_log.unlogged:
+        expired = now >= acc.next_batch_expiry_ms or now >= self._next_in_flight_expiry
+        if expired or self.expiry_log.unlogged:
             self._fail_expired_batches(now)
         timeout = min(result.next_ready_check_delay_ms, not_ready_timeout, acc.next_batch_expiry_ms - now,
                       self._next_in_flight_expiry - now)
         for node, node_batches in batches.items():
-            # a batch drained above may have just expired: it is complete, so it is not sent
-            live = [b for b in node_batches if not b.is_done()]
+            # a batch drained above may have just expired: it is complete, so it is not sent (nothing else
+            # completes a batch between its drain and its request)
+            live = [b for b in node_batches if not b.is_done()] if expired else node_batches
             if not live:
                 continue
             try:
@@ -504,7 +545,7 @@ class Sender(threading.Thread):
                     else:
                         self._complete_batch(b, NetworkError.code, -1, -1, -1,
                                              f"could not send the request to node {node}: {e}", now)
-        if ready_nodes:
+        if ready_nodes and acc.left_behind:  # (else the drain emptied their partitions: see _after_send_timeout)
             timeout = min(timeout, self._after_send_timeout(cluster, now, ready_nodes))
         linger = acc.linger_ms
         if timeout > linger > 0 and not self._timed_wakeup and self.client.has_in_flight():
@@ -524,13 +565,19 @@ class Sender(threading.Thread):
         now (each at max.in.flight: the usual case under load), the answer is known without asking: the
         partitions of those nodes wait for a response, which ends the poll, and for every other partition
         the timeout computed before sending stands (inf is returned)."""
+        acc = self.accumulator
+        if not acc.left_behind:
+            # the drain emptied the partitions of ``sent_to``: none of them has a batch to time, and for every
+            # other partition the timeout computed before sending stands (a batch opened since arms its own timer
+            # or wakes the thread: wakeup_for_new_batch). (send_producer_data makes this test before the call.)
+            return float("inf")
         is_ready = self.client.is_ready
         for node in sent_to:
             if is_ready(node, now):
                 break
         else:
             return float("inf")
-        again = self.accumulator.ready(cluster, now)
+        again = acc.ready(cluster, now)
         nodes, not_ready_timeout = self._sendable_nodes(again, now)
         return 0.0 if nodes else min(again.next_ready_check_delay_ms, not_ready_timeout)
 
@@ -596,25 +643,29 @@ class Sender(threading.Thread):
         for b in batches:
             by_topic.setdefault(b.topic, []).append({"index": b.partition, "records": b.request_records()})
             by_tp[b.tp] = b
+        topic_data = []
+        for t, parts in by_topic.items():  # (a loop, not a comprehension: one frame less per request)
+            topic_data.append({"name": t, "partition_data": parts})
         txn = self.txn
         body = {
             "transactional_id": txn.transactional_id if txn is not None else None,
             "acks": self.acks,
             "timeout_ms": int(self.request_timeout_ms),
-            "topic_data": [{"name": t, "partition_data": parts} for t, parts in by_topic.items()],
+            "topic_data": topic_data,
         }
-        # transactions v2: Produce v12, whose leader adds the partition to the transaction (the manager says)
-        max_version = txn.produce_max_version() if txn is not None else None
+        # transactions v2: Produce v12, whose leader adds the partition to the transaction (the manager says;
+        # only a transactional producer is asked)
+        max_version = txn.produce_max_version() if txn is not None and txn.is_transactional else None
         version = self.client.api_version(node, m.PRODUCE, max_version) if max_version is not None else None
-        req = ClientRequest(node, m.PRODUCE, body, lambda resp: self._handle_produce_response(resp, by_tp),
+        req = ClientRequest(node, m.PRODUCE, body, partial(self._handle_produce_response, by_tp),
                             now, self.request_timeout_ms, expect_response=self.acks != 0, version=version)
         self.client.send(req, now)
         try:
-            self.metrics.record_produce_request(node, batches)
+            self.metrics.record_produce_request(node, batches, now)
         except Exception:  # the request is out: a failure here must not fail (and resend) its batches
             log.exception("could not record the metrics of a produce request to node %s", node)
 
-    def _handle_produce_response(self, resp: ClientResponse, batches: Dict[TopicPartition, ProducerBatch]) -> None:
+    def _handle_produce_response(self, batches: Dict[TopicPartition, ProducerBatch], resp: ClientResponse) -> None:
         now = resp.received_ms
         if resp.disconnected:
             why = ("the request timed out (request.timeout.ms)" if resp.timed_out
@@ -627,7 +678,7 @@ class Sender(threading.Thread):
             self._complete_acked([(b, -1, -1) for b in batches.values()])
             return
         self.metrics.record_produce_response(resp.request.node_id, resp.latency_ms,
-                                             resp.body.get("throttle_time_ms") or 0)
+                                             resp.body.get("throttle_time_ms") or 0, now)
         seen = set()
         hints: Dict[TopicPartition, Tuple[int, int]] = {}
         # batches the broker wrote, completed together (in response order: before any error is handled)
@@ -763,7 +814,10 @@ class Sender(threading.Thread):
         while in flight) is released, not completed again."""
         unmute = self.accumulator.unmute if self.guarantee_message_order else None
         in_flight_by_tp = self._in_flight_batches
-        for batch, _base, _t in acked:
+        # (lists built in this loop, not by comprehensions: a frame each, per response)
+        batches: List[ProducerBatch] = []
+        offsets: List[Tuple[ProducerBatch, int]] = []
+        for batch, base, _t in acked:
             if unmute is not None:
                 unmute(batch.tp)
             in_flight = in_flight_by_tp.get(batch.tp)
@@ -775,15 +829,17 @@ class Sender(threading.Thread):
                         in_flight.remove(batch)
                     except ValueError:
                         pass
+            batches.append(batch)
+            offsets.append((batch, base))
         txn = self.txn
         if txn is not None:
-            txn.handle_completed_batches([(batch, base) for batch, base, _t in acked])
+            txn.handle_completed_batches(offsets)
         records = size = 0
         for batch, base, log_append_time in acked:
             if batch.done(base, log_append_time, None):
-                records += batch.record_count
+                records += batch.builder._count  # (batch.record_count, without the property's call)
                 size += batch.estimated_size()
-        self.accumulator.deallocate_batches([batch for batch, _base, _t in acked])
+        self.accumulator.deallocate_batches(batches)
         if records:
             self.metrics.record_success(records, size)
 

@@ -112,6 +112,8 @@ VALID_SOURCES: Dict[State, Tuple[State, ...]] = {
     S.ABORTABLE_ERROR: (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR, S.INITIALIZING),
     S.FATAL_ERROR: tuple(State),
 }
+#: the states in which a transaction is being committed or aborted (every queued batch is sendable at once)
+_COMPLETING = (S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +359,7 @@ class InitProducerIdHandler(TxnRequestHandler):
         cls = _error_class(code)
         if cls in (TransactionalIdAuthorizationFailedError, ClusterAuthorizationFailedError):
             # Java: an abortable error, then (Sender.shouldHandleAuthorizationError) UNINITIALIZED, so that
-            # init_transactions() may be called again once the ACL is fixed
+            # init_transactions() may be called again once the ACL is fixed (the idempotent producer asks again)
             error = error_for_code(code)
             self.manager._authorization_failed(error)
             self.result.done(error)
@@ -559,9 +561,16 @@ class TransactionManager:
         self._lock = threading.RLock()
         self._idempotence = IdempotenceState()
         self._state = State.UNINITIALIZED
+        #: the state is COMMITTING_TRANSACTION or ABORTING_TRANSACTION (kept by _transition; an attribute, not a
+        #: method: the accumulator reads it on the network thread, RecordAccumulator.sends_at_once)
+        self.completing = False
         self._last_error: Optional[BaseException] = None
         # idempotent producer: renew the producer id once nothing is in flight
         self.reset_required = False
+        #: idempotent producer: InitProducerIds refused (authorization) since it last had a producer id (the
+        #: sender's backoff grows with them), and when the next one may be sent
+        self.init_refusals = 0
+        self._init_not_before_ms = 0.0
         # transactions
         self.partitions_in_txn: Set[TopicPartition] = set()
         self.pending_partitions: Set[TopicPartition] = set()  # AddPartitionsToTxn sent, not yet answered
@@ -605,6 +614,7 @@ class TransactionManager:
                 self._last_error = None
             log.debug("transaction state %s -> %s", source, target)
             self._state = target
+            self.completing = target in _COMPLETING
 
     def _transition_to_abortable_error(self, error: BaseException) -> None:
         with self._lock:
@@ -632,10 +642,15 @@ class TransactionManager:
         """InitProducerId was refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED / CLUSTER_AUTHORIZATION_FAILED).
         Java moves to ABORTABLE_ERROR and its sender then to UNINITIALIZED (``shouldHandleAuthorizationError``),
         failing what was queued: ``init_transactions()`` may be called again once the ACLs allow it. The idempotent
-        producer ends with it (Java's asks again, failing the queued records each time)."""
+        producer stays in ABORTABLE_ERROR until its sender has failed the queued records with ``error``
+        (:meth:`transition_to_uninitialized`); then it asks again (KIP-679: the ACL may be added meanwhile)."""
         with self._lock:
-            if not self.is_transactional or self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
+            if self._state not in VALID_SOURCES[State.ABORTABLE_ERROR]:
                 self._transition_to_fatal_error(error)
+                return
+            if not self.is_transactional:
+                self.init_refusals += 1
+                self._transition(State.ABORTABLE_ERROR, error)
                 return
             log.warning("the transaction coordinator refused InitProducerId: %s; init_transactions() may be "
                         "called again once the ACLs allow it", error)
@@ -647,6 +662,15 @@ class TransactionManager:
             self._upgrade_bump_required = False
             self._transition(State.UNINITIALIZED)
 
+    def transition_to_uninitialized(self, retry_at_ms: float) -> None:
+        """The idempotent producer's sender has failed the records queued when InitProducerId was refused (Java's
+        ``Sender.shouldHandleAuthorizationError`` and ``transitionToUninitialized``): ABORTABLE_ERROR ->
+        UNINITIALIZED; the next InitProducerId (:meth:`request_producer_id_if_needed`) is not sent before
+        ``retry_at_ms`` (the sender's backoff: a refusal is not retried in a tight loop)."""
+        with self._lock:
+            self._transition(State.UNINITIALIZED)
+            self._init_not_before_ms = retry_at_ms
+
     @property
     def last_error(self) -> Optional[BaseException]:
         return self._last_error
@@ -656,9 +680,6 @@ class TransactionManager:
 
     def has_abortable_error(self) -> bool:
         return self._state == State.ABORTABLE_ERROR
-
-    def is_completing(self) -> bool:
-        return self._state in (State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION)
 
     def is_aborting(self) -> bool:
         return self._state == State.ABORTING_TRANSACTION
@@ -921,6 +942,7 @@ class TransactionManager:
         after which the transaction version is read (Java's ``maybeUpdateTransactionV2Enabled(true)``)."""
         with self._lock:
             self.set_producer_id(*value)
+            self.init_refusals = 0
             self.epoch_bump_required = False
             self._upgrade_bump_required = False
             if self._state != State.READY:
@@ -1160,7 +1182,9 @@ class TransactionManager:
         with self._lock:
             if not self.is_transactional and self._state is State.UNINITIALIZED and not self.has_producer_id():
                 self._transition(State.INITIALIZING)
-                self._enqueue(InitProducerIdHandler(self, bump=False))
+                handler = InitProducerIdHandler(self, bump=False)
+                handler.retry_at_ms = self._init_not_before_ms  # (after a refusal: transition_to_uninitialized)
+                self._enqueue(handler)
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
         """Adopt a producer id and epoch (an InitProducerId's answer): every sequence starts again at 0."""

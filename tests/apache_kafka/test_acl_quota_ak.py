@@ -19,7 +19,7 @@ pytestmark = pytest.mark.apache_kafka
 
 def bob(apache_kafka: Any, **settings: Any) -> Producer:
     # idempotence off: an idempotent producer whose principal may Write no topic at all is refused a producer
-    # id (CLUSTER_AUTHORIZATION_FAILED, fatal, as in Java); whether bob may write elsewhere depends on
+    # id (CLUSTER_AUTHORIZATION_FAILED: its records fail until it may); whether bob may write elsewhere depends on
     # other tests sharing the cluster
     return Producer(apache_kafka.producer_config("SASL_PLAINTEXT", "PLAIN", user="bob"), enable_idempotence=False,
                     max_block_ms=60000, delivery_timeout_ms=120000, request_timeout_ms=30000, **settings)

@@ -11,9 +11,10 @@ everywhere (a MockCluster with ``authorizer=True`` and the same super users).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 import pytest
 
@@ -175,12 +176,15 @@ def side(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Side]:
         mock.close()
 
 
-def refused_at_once(conf: Dict[str, Any], topic: str, **settings: Any) -> BaseException:
+def refused_at_once(conf: Dict[str, Any], topic: str, producer: Optional[Producer] = None,
+                    **settings: Any) -> BaseException:
     """Send three records, one after the other; all fail with the same error (from the future, or from
-    send() once the producer has a fatal error), well before max.block.ms. Returns the error."""
+    send() once the producer has a fatal error), well before max.block.ms. Returns the error. With
+    ``producer``: sent by it (left open), else by a producer of its own."""
     started = time.monotonic()
     errors = []
-    with Producer(conf, **PRODUCER, **settings) as p:
+    with contextlib.ExitStack() as stack:
+        p = producer if producer is not None else stack.enter_context(Producer(conf, **PRODUCER, **settings))
         for i in range(3):
             with pytest.raises(Exception) as info:
                 p.send(topic, b"refused-%d" % i).get(90)
@@ -191,16 +195,20 @@ def refused_at_once(conf: Dict[str, Any], topic: str, **settings: Any) -> BaseEx
     return errors[0]
 
 
-def deliver(conf: Dict[str, Any], topic: str, values: List[bytes], timeout: float = 60.0, **settings: Any) -> None:
+def deliver(conf: Dict[str, Any], topic: str, values: List[bytes], timeout: float = 60.0,
+            producer: Optional[Producer] = None, refused: Tuple[Type[BaseException], ...] = (
+                TopicAuthorizationFailedError,), **settings: Any) -> None:
     """Send ``values`` once the ACL is there (Apache Kafka: it reaches the brokers shortly after AclCommand):
-    a first record again until it is written, then the rest."""
-    with Producer(conf, **PRODUCER, **settings) as p:
+    a first record again (while it is ``refused``) until it is written, then the rest. With ``producer``: sent
+    by it (left open), else by a producer of its own."""
+    with contextlib.ExitStack() as stack:
+        p = producer if producer is not None else stack.enter_context(Producer(conf, **PRODUCER, **settings))
         deadline = time.monotonic() + timeout
         while True:
             try:
                 p.send(topic, values[0]).get(60)
                 break
-            except TopicAuthorizationFailedError:
+            except refused:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
@@ -232,18 +240,23 @@ def test_topic_acls_no_describe_then_describe_then_write(side: Side) -> None:
 
 def test_idempotent_producer_needs_write_on_some_topic(side: Side) -> None:
     """KIP-679: an idempotent producer whose principal may Write no topic at all is refused a producer id
-    (CLUSTER_AUTHORIZATION_FAILED, fatal) even with Describe; Write on the topic is enough (no
-    IdempotentWrite on the cluster), and Write implies Describe."""
+    (CLUSTER_AUTHORIZATION_FAILED: its records fail at once) even with Describe. It is not fatal (as in Java: the
+    producer asks again): the same producer delivers once its principal may Write the topic. Write on the topic
+    is enough (no IdempotentWrite on the cluster), and Write implies Describe."""
     principal, conf = side.identity()
     topic = side.create_topic("SSL", 1)
     side.add_acl("SSL", principal, "Describe", topic=topic)
-    assert isinstance(refused_at_once(conf, topic), ClusterAuthorizationFailedError)
+    mine = [b"w%d" % i for i in range(10)]
+    with Producer(conf, **PRODUCER) as p:
+        assert isinstance(refused_at_once(conf, topic, producer=p), ClusterAuthorizationFailedError)
+        side.add_acl("SSL", principal, "Write", topic=topic)
+        deliver(conf, topic, mine, producer=p, refused=(ClusterAuthorizationFailedError,))
     other, other_conf = side.identity()
     side.add_acl("SSL", other, "Write", topic=topic)  # Write only: no Describe, no IdempotentWrite
     values = [b"i%d" % i for i in range(30)]
     deliver(other_conf, topic, values)
-    got = side.read("SSL", topic, [0], expected=len(values))
-    assert [m.value for m in got] == values
+    got = side.read("SSL", topic, [0], expected=len(mine) + len(values))
+    assert [m.value for m in got] == mine + values
 
 
 def test_sasl_user_is_the_principal(side: Side) -> None:

@@ -206,11 +206,12 @@ def test_error_cb_hears_an_authentication_failure() -> None:
     assert "wrong" not in str(heard[0])
 
 
-def test_error_cb_hears_a_fatal_producer_error() -> None:
+def test_error_cb_hears_a_refused_producer_id() -> None:
     heard: List[KafkaError] = []
     with MockCluster(num_brokers=1) as cluster:
         cluster.create_topic("t", partitions=1)
-        cluster.inject_errors("init_producer_id", [ClusterAuthorizationFailedError.code])
+        # refused again and again (the producer asks again after each refusal): the record fails with it
+        cluster.inject_errors("init_producer_id", [ClusterAuthorizationFailedError.code] * 100)
         with Producer(bootstrap_servers=cluster.bootstrap_servers, error_cb=heard.append) as p:
             with pytest.raises(ClusterAuthorizationFailedError):
                 p.send("t", b"v").get(30)

@@ -418,6 +418,56 @@ def test_drain_waits_for_a_producer_id() -> None:
     assert len(env.drain()[1]) == 1
 
 
+def test_drain_says_whether_it_left_a_batch_queued_in_the_drained_nodes_partitions() -> None:
+    """``left_behind``: False only when the drain emptied every partition of the nodes it drained (the sender then
+    does not ask ready() again after sending); every way a batch can stay queued says True."""
+    env = Env(batch_size=100, retry_backoff_ms=100)
+    two_nodes = make_cluster({TP0: 1, TP1: 2})
+    env.append(TP0)
+    env.append(TP1)
+    assert len(env.drain(nodes=(1,), cluster=two_nodes)[1]) == 1
+    assert env.acc.left_behind is False  # (TP1's batch is node 2's: not drained, not asked about)
+    env.drain(nodes=(2,), cluster=two_nodes)
+    assert env.acc.left_behind is False and env.queue(TP1) == []
+
+    for _ in range(2):
+        env.append(TP0, b"x" * 60)  # two batches: the second stays behind the first
+    env.drain()
+    assert env.acc.left_behind is True
+    env.drain()
+    assert env.acc.left_behind is False
+
+    for tp in (TP0, TP1):
+        env.append(tp, b"x" * 60)
+    size = env.queue(TP0)[0].estimated_size()
+    assert len(env.drain(max_size=size)[1]) == 1  # the request is full
+    assert env.acc.left_behind is True
+    env.drain()
+
+    env.append(TP0)
+    env.acc.mute(TP0)
+    assert env.drain() == {} and env.acc.left_behind is True
+    env.acc.unmute(TP0)
+    [batch] = env.drain()[1]
+    env.acc.reenqueue(batch, env.now)
+    assert env.drain() == {} and env.acc.left_behind is True  # backing off
+
+
+def test_drain_says_it_left_batches_behind_while_idempotence_holds_them() -> None:
+    txn = TransactionManager()
+    env = Env(batch_size=100, txn=txn)
+    env.append(TP0)
+    assert env.drain() == {} and env.acc.left_behind is True  # no producer id yet
+    txn.set_producer_id(77, 0)
+    env.append(TP1)
+    [b0, b1] = env.drain()[1]
+    assert env.acc.left_behind is False
+    env.append(TP0)
+    assert env.drain() == {} and env.acc.left_behind is True  # the first batch of a partition goes alone
+    txn.handle_completed_batches([(b0, 0), (b1, 0)])
+    assert len(env.drain()[1]) == 1 and env.acc.left_behind is False
+
+
 # -- reenqueue -----------------------------------------------------------------------------------
 
 

@@ -48,9 +48,9 @@ def test_a_waiting_allocation_collects_only_what_it_still_needs() -> None:
     got: List[int] = []
     t = threading.Thread(target=lambda: got.append(p.allocate(60, 30_000)))
     t.start()
-    wait_for(lambda: bool(p._waiters), "the allocation waits")
+    wait_for(lambda: bool(p.waiters), "the allocation waits")
     p.deallocate(30)
-    wait_for(lambda: p._waiters[0].collected == 30, "the waiter took the 30 bytes freed")
+    wait_for(lambda: p.waiters[0].collected == 30, "the waiter took the 30 bytes freed")
     p.deallocate(70)  # more than it still needs (30)
     t.join(30)
     assert got == [60]
@@ -76,7 +76,7 @@ def test_exchange_wakes_the_allocation_waiting_first() -> None:
     got: List[int] = []
     t = threading.Thread(target=lambda: got.append(p.allocate(50, 30_000)))
     t.start()
-    wait_for(lambda: bool(p._waiters), "the allocation waits")
+    wait_for(lambda: bool(p.waiters), "the allocation waits")
     assert p.exchange(100, None, 50) == 50
     t.join(30)
     assert got == [50] and p.available_memory() == 0
@@ -121,7 +121,7 @@ def test_a_closed_pool_says_the_producer_is_closed() -> None:
 
     t = threading.Thread(target=waiting)
     t.start()
-    wait_for(lambda: bool(p._waiters), "the allocation waits")
+    wait_for(lambda: bool(p.waiters), "the allocation waits")
     p.close()
     t.join(30)
     assert len(errors) == 1 and str(errors[0]) == "the producer was closed while send() waited for buffer memory"
@@ -307,9 +307,9 @@ def test_a_waiting_allocation_takes_memory_freed_as_pool_buffers() -> None:
     got: List[int] = []
     t = threading.Thread(target=lambda: got.append(p.allocate(150, 30_000)))
     t.start()
-    wait_for(lambda: bool(p._waiters), "the allocation waits")
+    wait_for(lambda: bool(p.waiters), "the allocation waits")
     p.deallocate(100, b1)  # back as a free buffer: the waiter drops it to take its memory
-    wait_for(lambda: p._waiters[0].collected == 100, "the waiter took the freed buffer's memory")
+    wait_for(lambda: p.waiters[0].collected == 100, "the waiter took the freed buffer's memory")
     p.deallocate(100, b2)
     t.join(30)
     assert got == [150] and p.available_memory() == 50
@@ -328,4 +328,4 @@ def test_an_allocation_that_times_out_is_counted_as_exhausted_and_says_what_to_d
         p.allocate(50, 20)
     assert [exhausted for _ms, exhausted in waits] == [True, True]
     assert p.wait_time_ms_total == pytest.approx(sum(ms for ms, _e in waits)) and p.wait_time_ms_total >= 40
-    assert p.available_memory() == 0 and not p._waiters  # nothing collected is kept
+    assert p.available_memory() == 0 and not p.waiters  # nothing collected is kept

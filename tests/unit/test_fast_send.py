@@ -17,12 +17,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from kproducer import Producer, RecordMetadata
-from kproducer.errors import KafkaError, MessageTooLargeError, ProducerClosedError
+from kproducer.errors import BufferExhaustedError, KafkaError, MessageTooLargeError, ProducerClosedError
 from kproducer.producer.partitioner import partition_for_key
 from kproducer.protocol import messages as m
 from kproducer.protocol.accel import MODULES, load
 from kproducer.protocol.records import read_batches
 from tests.unit.producer_env import ProducerEnv
+from tests.unit.scripted import HOLD
 
 send_c = load(MODULES["producer"])
 
@@ -123,12 +124,16 @@ def test_fast_and_python_send_put_the_same_bytes_on_the_wire(batch_size: int) ->
             mds = [f.get(5) for f in futures]
             results.append((_raw_batches(e), partitions, mds, acked, dict(p._admission.hash_cache),
                             {t: list(s) for t, s in p._admission.sticky.state.items()},
-                            p._fast.hits if p._fast is not None else 0))
+                            (p._fast.hits, p._fast.opened) if p._fast is not None else (0, 0)))
         finally:
             e.close()
-    (wire_f, parts_f, mds_f, acked_f, cache_f, sticky_f, hits), (wire_s, parts_s, mds_s, acked_s, cache_s, sticky_s,
-                                                                 _) = results
-    assert hits > 1400  # the fast path took all but the first records of a topic or batch and those with headers
+    (wire_f, parts_f, mds_f, acked_f, cache_f, sticky_f, (hits, opened)), (wire_s, parts_s, mds_s, acked_s, cache_s,
+                                                                           sticky_s, _) = results
+    # the fast path took all but the first records of a topic and those with headers; those its partition's open
+    # batch had no room for (the first batches of partitions but a few, and the batches rolled over to)
+    # went through Producer._open_batch
+    assert hits + opened > 1450 and hits > 1300
+    assert opened >= 4 if batch_size > 1024 else opened > 16
     assert parts_f == parts_s
     if batch_size > 1024:
         assert wire_f == wire_s
@@ -172,11 +177,14 @@ def test_sticky_switches_after_a_batch_worth_as_python_send(env: Env) -> None:
         e = Env()
         try:
             p = _producer(e, fast, batch_size=512)
-            seqs.append([p.send("t", b"x" * 90, timestamp_ms=TS)._batch.partition for _ in range(60)])
+            futs = [p.send("t", b"x" * 90, timestamp_ms=TS) for _ in range(60)]
+            seqs.append(([(f._batch.partition, f._delta) for f in futs], list(p._admission.sticky.state["t"])))
+            if fast:
+                assert p._fast is not None and p._fast.opened > 5  # the new batches: through Producer._open_batch
         finally:
             e.close()
     assert seqs[0] == seqs[1]
-    assert len(set(seqs[0])) > 1  # it moved on
+    assert len({part for part, _delta in seqs[0][0]}) > 1  # it moved on
 
 
 def test_bad_arguments_raise_what_python_send_raises(env: Env) -> None:
@@ -250,9 +258,12 @@ def test_every_way_of_closing_closes_the_fast_paths_gate(how: str) -> None:
         else:
             p._mark_forked()
         assert p._gate.flag[0] == 0
+        opened = p._fast.opened
         with pytest.raises((ProducerClosedError, ProducerForkedError, KafkaError)):
             p.send("t", b"x")
-        assert p._fast.hits == hits + 1
+        with pytest.raises((ProducerClosedError, ProducerForkedError, KafkaError)):
+            p.send("t", b"x", partition=5)  # (a partition without a batch: not for _open_batch either)
+        assert p._fast.hits == hits + 1 and p._fast.opened == opened
     finally:
         if how == "fork":  # (close() of a forked producer leaves the thread alone: it is the parent's)
             p._sender.force_stop()
@@ -279,7 +290,8 @@ def _fast_send_kwargs(p: Producer) -> Dict[str, Any]:
                 future_type=kp.FutureRecordMetadata, batch_type=kp.ProducerBatch, monotonic_ms=None, wall_ms=None,
                 max_request_size=adm.max_request_size, record_overhead=kp._RECORD_OVERHEAD,
                 bound_extra=kp._BOUND_EXTRA, hash_cache_size=kp.HASH_CACHE_SIZE, touch_ms=kp.TOPIC_TOUCH_MS,
-                ignore_keys=adm.ignore_keys, gate=bytearray(b"\x01"), callback_codes=kp._CALLBACK_CODES)
+                ignore_keys=adm.ignore_keys, gate=bytearray(b"\x01"), callback_codes=kp._CALLBACK_CODES,
+                open_batch=Producer._open_batch)
 
 
 @pytest.mark.parametrize("settings, built", [
@@ -482,3 +494,139 @@ def test_fast_path_sees_a_topic_touched_again_and_other_topics(env: Env) -> None
     assert p._fast.hits == hits + 4 and time.monotonic() * 1000.0 - touched["t"] < 5_000.0
     p.send("t", b"x", partition=1)
     assert p._fast.hits == hits + 5
+
+
+# -- a partition without an open batch with room: Producer._open_batch --------------------------------------
+
+
+def test_a_partition_without_room_takes_open_batch_not_the_python_send(env: Env) -> None:
+    """The first batch of a partition and the batch after a full one are opened by Producer._open_batch (the
+    accumulator's append and the wakeup), not by the whole Python send(): with the callback, the future, the
+    batch's creation time (time.monotonic(), not the coarse clock of the touch check) as send() has them."""
+    p = _producer(env, True, batch_size=1024)
+    order: List[int] = []
+
+    def cb(md: Optional[RecordMetadata], exc: Optional[BaseException]) -> None:
+        assert md is not None and exc is None
+        order.append(md.offset)
+
+    p.send("t", b"x", partition=0, callback=cb)  # (the Python path: touches the topic, checks the callback)
+    fast = p._fast
+    assert fast is not None
+    hits, opened = fast.hits, fast.opened
+    acc = p._accumulator
+    before = time.monotonic() * 1000.0
+    first = p.send("t", b"y", partition=1, callback=cb)  # the partition's first batch
+    assert (fast.hits, fast.opened) == (hits, opened + 1)
+    assert first._batch is acc._batches[("t", 1)][-1] and first._delta == 0 and first._batch.created_ms >= before
+    futures = [first]
+    for _ in range(40):  # (a 1 KB batch holds 8 of these)
+        futures.append(p.send("t", b"z" * 100, partition=1, callback=cb))
+        if fast.opened == opened + 2:
+            break
+    rolled = futures[-1]
+    assert fast.opened == opened + 2 and fast.hits == hits + len(futures) - 2
+    assert rolled._delta == 0 and rolled._batch is not futures[-2]._batch and futures[-2]._batch.closed
+    assert [f._delta for f in futures[:-1]] == list(range(len(futures) - 1))
+    p.flush(10)
+    assert [f.get(5).offset for f in futures] == list(range(len(futures)))
+    assert order == [0] + list(range(len(futures)))  # (partition 0's record, then partition 1's in order)
+
+
+def _exhaust(env: Env, p: Producer) -> int:
+    """Take every free byte of the producer's buffer pool and hold the next produce request unanswered (its
+    batches keep their memory): a new batch then waits for memory. Returns the bytes taken."""
+    env.selector.script(m.PRODUCE, HOLD)
+    pool = p._pool
+    taken = pool.available_memory()
+    pool.allocate(taken, 0)
+    return taken
+
+
+def test_open_batch_waits_for_memory_and_fails_as_python_send(env: Env) -> None:
+    """A new batch that gets no memory within max.block.ms: its record's future and callback fail with
+    BufferExhaustedError, its bytes do not count towards the sticky partition's batch, the error is counted;
+    with the memory back, the next record opens the batch and the sticky partition moves on after it, as in the
+    Python send()."""
+    seen = []
+    for fast in (True, False):
+        e = Env()
+        try:
+            p = _producer(e, fast, batch_size=1024, max_block_ms=50)
+            errors: List[Optional[BaseException]] = []
+
+            def cb(md: Optional[RecordMetadata], exc: Optional[BaseException], errors: Any = errors) -> None:
+                errors.append(exc)
+
+            first = p.send("u", b"a" * 600, timestamp_ms=TS, callback=cb)  # opens the sticky partition's batch
+            part = first._batch.partition
+            opened = p._fast.opened if p._fast is not None else 0
+            taken = _exhaust(e, p)
+            failed = p.send("u", b"b" * 600, timestamp_ms=TS + 1, callback=cb)  # no room: a new batch, no memory
+            if fast:
+                assert p._fast is not None and p._fast.opened == opened + 1
+            with pytest.raises(BufferExhaustedError):
+                failed.get(5)
+            assert len(errors) == 1 and isinstance(errors[0], BufferExhaustedError)
+            sticky_after_failure = list(p._admission.sticky.state["u"])
+            assert sticky_after_failure[0] == part
+            p._pool.deallocate(taken)
+            queued = p.send("u", b"c" * 600, timestamp_ms=TS + 2, callback=cb)  # opens the batch; a batch's worth
+            if fast:
+                assert p._fast is not None and p._fast.opened == opened + 2
+            assert queued._batch.partition == part and queued._delta == 0
+            sticky_after = list(p._admission.sticky.state["u"])
+            assert sticky_after[0] != part  # moved on
+            for _ in range(1000):  # (answer the held request once it is sent: 10 s at most)
+                held = e.selector.held(m.PRODUCE)
+                if held:
+                    e.selector.respond(held[0])
+                    break
+                time.sleep(0.01)
+            p.flush(10)
+            assert queued.get(5).partition == part and len(errors) == 3 and errors[1:] == [None, None]
+            seen.append((sticky_after_failure, sticky_after, failed.timestamp, failed.value_size,
+                         p.metrics()["record-error-total"]))
+        finally:
+            e.close()
+    assert seen[0] == seen[1]
+    assert seen[0][4] == 1
+
+
+def test_close_while_open_batch_waits_for_memory_raises_as_python_send() -> None:
+    """close() while a new batch waits for memory: the waiting send() raises, as the Python send() does (the pool's
+    "closed while send() waited for buffer memory", or the accumulator's ProducerClosedError when the memory came
+    back first: close() fails the held batch; which one depends on the timing, in both paths)."""
+    raised = []
+    for fast in (True, False):
+        e = Env()
+        try:
+            p = _producer(e, fast, batch_size=1024, max_block_ms=60_000)
+            p.send("t", b"x", partition=0)  # (touches the topic)
+            opened = p._fast.opened if p._fast is not None else 0
+            _exhaust(e, p)
+            outcome: List[BaseException] = []
+
+            def send(p: Producer = p, outcome: List[BaseException] = outcome) -> None:
+                try:
+                    p.send("t", b"y", partition=1)
+                except BaseException as exc:  # (what the test compares)
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=send)
+            thread.start()
+            for _ in range(1000):  # (until the send waits for memory: 10 s at most)
+                if p._pool.queued() or not thread.is_alive():
+                    break
+                time.sleep(0.01)
+            assert p._pool.queued() == 1
+            p.close(0)
+            thread.join(10)
+            assert not thread.is_alive() and len(outcome) == 1
+            if fast:
+                assert p._fast is not None and p._fast.opened == opened + 1
+            raised.append(outcome[0])
+        finally:
+            e.close()
+    for error in raised:
+        assert isinstance(error, KafkaError) and "close" in str(error), repr(error)

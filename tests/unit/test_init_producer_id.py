@@ -5,11 +5,11 @@ producers still differ on purpose is pinned here too (docs/transactions.md). The
 is tested in test_lifecycle.py."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from kproducer.errors import ProducerFencedError, TransactionError, UnknownServerError
+from kproducer.errors import ClusterAuthorizationFailedError, ProducerFencedError, TransactionError, UnknownServerError
 from kproducer.producer.transaction_manager import State, TransactionManager
 from kproducer.protocol import messages as m
 from tests.unit.scripted import HOLD, Harness, SentRequest
@@ -124,3 +124,53 @@ def test_unknown_server_error_is_retried_by_the_idempotent_producer_only(transac
         assert error is None and manager(h).state is State.READY
         sent = h.selector.sent(m.INIT_PRODUCER_ID)
         assert len(sent) == 2 and sent[1].written_ms - sent[0].written_ms == 100  # after retry.backoff.ms
+
+
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def test_a_refused_idempotent_producer_id_goes_back_to_uninitialized_through_the_transition_function(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Java: InitProducerIdHandler's abortableError, then Sender.shouldHandleAuthorizationError's
+    # transitionToUninitialized, then bumpIdempotentEpochAndResetIdIfNeeded's INITIALIZING (not FATAL_ERROR)
+    h = producer(transactional=False)
+    txn = manager(h)
+    moves: List[Tuple[State, State]] = []
+    transition = txn._transition
+
+    def noting(target: State, error: Optional[BaseException] = None) -> None:
+        source = txn.state
+        transition(target, error)
+        moves.append((source, target))
+
+    monkeypatch.setattr(txn, "_transition", noting)
+    h.selector.script(m.INIT_PRODUCER_ID, refused(CLUSTER_AUTHORIZATION_FAILED))
+    assert get_producer_id(h) is None
+    assert moves == [(State.UNINITIALIZED, State.INITIALIZING), (State.INITIALIZING, State.ABORTABLE_ERROR),
+                     (State.ABORTABLE_ERROR, State.UNINITIALIZED), (State.UNINITIALIZED, State.INITIALIZING),
+                     (State.INITIALIZING, State.READY)]
+    assert txn.last_error is None and txn.init_refusals == 0
+
+
+def test_refused_producer_ids_are_asked_again_after_a_growing_backoff_reset_by_a_success() -> None:
+    # KIP-580 as for the retried InitProducerIds: retry.backoff.ms doubling per refusal up to retry.backoff.max.ms
+    # (Java asks again at once); a producer id resets it
+    h = Harness(enable_idempotence=True, retry_backoff_ms=100, retry_backoff_max_ms=1000, idle_advance=True)
+    txn = manager(h)
+    h.selector.script(m.INIT_PRODUCER_ID, *[refused(CLUSTER_AUTHORIZATION_FAILED)] * 6)
+    failed = []
+    for _ in range(6):  # a record queued during each wait fails at the next refusal
+        fut = h.send()
+        h.run_until(fut.done, max_iterations=50)
+        failed.append(fut.exception(0))
+    h.run_until(txn.has_producer_id, max_iterations=50)
+    assert all(isinstance(e, ClusterAuthorizationFailedError) for e in failed), failed
+    times = [r.written_ms for r in h.selector.sent(m.INIT_PRODUCER_ID)]
+    assert [b - a for a, b in zip(times, times[1:])] == [100, 200, 400, 800, 1000, 1000]
+    assert txn.init_refusals == 0 and h.sender.fatal_error is None
+    first = txn.producer_id
+    txn.request_reset("test")  # a new producer id, refused once: the backoff starts again at retry.backoff.ms
+    h.selector.script(m.INIT_PRODUCER_ID, refused(CLUSTER_AUTHORIZATION_FAILED))
+    h.run_until(lambda: txn.has_producer_id() and txn.producer_id != first, max_iterations=50)
+    times = [r.written_ms for r in h.selector.sent(m.INIT_PRODUCER_ID)]
+    assert len(times) == 9 and times[-1] - times[-2] == 100

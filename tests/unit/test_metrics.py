@@ -347,6 +347,29 @@ def test_stats_cb_is_called_every_interval_from_the_sender_loop() -> None:
     assert len(reports) == 4
 
 
+def test_the_network_thread_asks_for_a_report_only_when_one_is_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(next_report_ms is the test the sender makes before calling maybe_report: inf without a stats_cb)"""
+    h = Harness(topics={"t": 1})
+    assert ProducerMetrics(h.clock).next_report_ms == math.inf
+    reports: List[str] = []
+    metrics = ProducerMetrics(h.clock, stats_cb=reports.append, stats_interval_ms=1000)
+    h.sender.metrics = metrics
+    asked: List[float] = []
+    maybe_report = metrics.maybe_report
+
+    def counting(now: float) -> float:
+        asked.append(now)
+        return maybe_report(now)
+
+    monkeypatch.setattr(metrics, "maybe_report", counting)
+    h.boot()
+    h.run(3)
+    assert asked == [] and metrics.next_report_ms > h.now
+    h.advance(metrics.next_report_ms - h.now)
+    h.run()
+    assert len(asked) == 1 and len(reports) == 1 and metrics.next_report_ms > h.now
+
+
 def test_nan_is_null_in_the_stats_json() -> None:
     metrics = ProducerMetrics(FakeClock())
     stats = json.loads(json.dumps(metrics.stats()))

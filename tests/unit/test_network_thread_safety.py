@@ -327,6 +327,7 @@ def test_a_recurring_sender_error_lets_records_expire_on_time_and_is_logged_with
         monkeypatch.setattr(h.accumulator, "ready", broken)
     else:
         monkeypatch.setattr(h.sender.metrics, "maybe_report", broken)
+        monkeypatch.setattr(h.sender.metrics, "next_report_ms", 0.0)  # a report due in every iteration (stats_cb)
     fut = h.send()
     sent_at = h.now
     with caplog.at_level(logging.ERROR, logger="kproducer"):

@@ -450,3 +450,25 @@ def test_channel_security_closes_the_refresher(idp: IdentityProvider) -> None:
     no_secret(repr(security))
     security.close()
     assert not any(t.name.startswith("kproducer-oauth-refresh") and t.is_alive() for t in threading.enumerate())
+
+
+def test_a_producer_that_fails_after_its_first_token_stops_the_refresher(
+        idp: IdentityProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first token is fetched (and its refresher thread started) early in Producer(); a failure later in the
+    constructor must not leave that thread running for the life of the process."""
+    from kproducer.producer import kafka_producer
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("a failure after the token was fetched")
+
+    monkeypatch.setattr(kafka_producer, "wire_producer", broken)
+    settings = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": CLIENT,
+                "sasl.oauthbearer.client.secret": SECRET, "sasl.oauthbearer.token.endpoint.url": idp.token_url}
+    before = {t for t in threading.enumerate() if t.name.startswith("kproducer-oauth-refresh")}
+    with pytest.raises(RuntimeError, match="after the token was fetched"):
+        Producer(settings)
+    assert len(idp.issued) == 1  # (the token was fetched: the refresher had started)
+    left = [t for t in threading.enumerate()
+            if t.name.startswith("kproducer-oauth-refresh") and t.is_alive() and t not in before]
+    assert left == [], "the OAuth refresher of the failed producer still runs"

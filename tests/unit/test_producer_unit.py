@@ -336,23 +336,23 @@ def test_flush_from_a_callback_is_refused_and_close_from_a_callback_does_not_dea
         p.send("t", value=b"v")
 
 
-def test_a_fatal_producer_id_error_is_raised_by_later_sends(env: Env) -> None:
+def test_a_refused_producer_id_fails_records_until_the_broker_gives_one(env: Env) -> None:
+    # CLUSTER_AUTHORIZATION_FAILED (KIP-679): the records fail, not the producer (Java's idempotent producer asks
+    # again); once the broker gives it a producer id (the ACL added) the same producer delivers
     from kproducer.errors import ClusterAuthorizationFailedError
     env.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 31, "producer_id": -1,
                                                                   "producer_epoch": -1}
-    p = env.producer()
-    try:  # the error may come back before or after this record was queued
-        err = p.send("t", value=b"v").exception(5)
-    except ClusterAuthorizationFailedError as e:
-        err = e
-    assert isinstance(err, ClusterAuthorizationFailedError)
-    with pytest.raises(ClusterAuthorizationFailedError):
-        p.send("t", value=b"v")
-    # no retry loop after a fatal error: five more polls of the sender thread (each one a chance to retry)
-    # and InitProducerId was still sent once
-    polls = len(env.selector.poll_timeouts)
-    wait_for(lambda: len(env.selector.poll_timeouts) >= polls + 5)
-    assert len(env.selector.sent(m.INIT_PRODUCER_ID)) == 1
+    p = env.producer(retry_backoff_ms=10, retry_backoff_max_ms=50)
+    assert isinstance(p.send("t", value=b"v").exception(5), ClusterAuthorizationFailedError)  # (send() returned)
+    assert isinstance(p.send("t", value=b"v").exception(5), ClusterAuthorizationFailedError)
+    assert p._sender.fatal_error is None
+    assert len(env.selector.sent(m.INIT_PRODUCER_ID)) >= 2  # (each record failed at a refusal of its own)
+    env.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 0, "producer_id": 7,
+                                                                  "producer_epoch": 0}
+    txn = p._sender.txn
+    assert txn is not None
+    wait_for(txn.has_producer_id)
+    assert p.send("t", value=b"v").get(5).offset >= 0 and txn.producer_id == 7
 
 
 def test_a_non_retriable_metadata_error_fails_send_at_once(env: Env) -> None:

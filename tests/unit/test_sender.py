@@ -14,6 +14,7 @@ from kproducer.errors import (
     ProducerClosedError,
     RequestTimedOutError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
     UnsupportedVersionError,
 )
 from kproducer.producer.future import RecordMetadata
@@ -74,7 +75,7 @@ def test_a_failure_recording_a_sent_requests_metrics_neither_fails_nor_resends_i
     h = Harness()
     h.boot()
 
-    def broken(node: int, batches: Any) -> None:
+    def broken(node: int, batches: Any, now: Any = None) -> None:
         raise RuntimeError("metrics bug")
 
     monkeypatch.setattr(h.sender.metrics, "record_produce_request", broken)
@@ -723,19 +724,29 @@ def test_records_expire_while_no_broker_gives_a_producer_id() -> None:
     assert 10 <= len(h.selector.sent(m.INIT_PRODUCER_ID)) <= 21 and h.produce_requests() == []
 
 
-def test_init_producer_id_fatal_error_fails_queued_records_and_is_not_retried() -> None:
-    h = Harness(enable_idempotence=True)
-    h.selector.handlers[m.INIT_PRODUCER_ID.key] = lambda req: {"error_code": 31, "producer_id": -1,
-                                                                "producer_epoch": -1}
-    fut = h.send()
-    h.run_until(lambda: h.sender.fatal_error is not None)
-    assert isinstance(h.sender.fatal_error, ClusterAuthorizationFailedError)
-    assert isinstance(fut.exception(0), ClusterAuthorizationFailedError)
-    late = h.accumulator.append("t", 1, 1, None, b"late", None, None, 0, h.now).future  # raced send()
-    h.run(50)
-    assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1  # a fatal error is not retried
-    assert isinstance(late.exception(0), ClusterAuthorizationFailedError)
-    assert h.produce_requests() == []
+@pytest.mark.parametrize("code, error", [(31, ClusterAuthorizationFailedError),
+                                         (53, TransactionalIdAuthorizationFailedError)])
+def test_a_refused_init_producer_id_fails_the_queued_records_then_the_producer_asks_again(
+        code: int, error: Any) -> None:
+    # Java's Sender.shouldHandleAuthorizationError (KIP-679: a principal that may Write no topic): the queued
+    # records fail with the error, the producer is not fatal, and once the ACL is there it delivers
+    h = Harness(enable_idempotence=True, retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    h.selector.script(m.INIT_PRODUCER_ID, {"error_code": code, "producer_id": -1, "producer_epoch": -1})
+    seen, cb = collector()
+    futs = [h.send(value=b"a", callback=cb), h.send(value=b"b", partition=1, callback=cb)]
+    h.run_until(lambda: all(f.done() for f in futs))
+    assert all(isinstance(f.exception(0), error) for f in futs)
+    assert [type(e) for _md, e in seen] == [error, error]
+    assert h.sender.fatal_error is None and h.txn is not None and not h.txn.has_fatal_error()
+    late = h.send(value=b"late")  # (send() does not raise)
+    h.run(10)
+    assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 1  # the next one waits out retry.backoff.ms
+    assert h.selector.poll_timeouts[-1] == 100 and not late.done()
+    h.advance(100)
+    h.run_until(late.done)  # (the default answer now: a producer id)
+    assert late.get(0).offset == 0
+    assert len(h.selector.sent(m.INIT_PRODUCER_ID)) == 2
+    assert [r.values() for r in h.produce_requests()] == [[b"late"]]  # the refused records were not sent
 
 
 # -- closing ---------------------------------------------------------------------------------------
@@ -943,6 +954,32 @@ def test_after_a_send_that_fills_max_in_flight_the_accumulator_is_not_asked_agai
     h.run()
     assert len(h.selector.held(m.PRODUCE)) == 1 and len(asked) == 1
     assert h.selector.poll_timeouts[-1] == 50  # node 2's batch lingers out then; a response ends it sooner
+
+
+def test_after_a_send_that_empties_the_drained_partitions_the_accumulator_is_not_asked_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker can take another request, but the drain left nothing queued in its partitions: the second
+    ready() could only find again what the first found for the other partitions (a batch opened since arms its
+    own wakeup), so an iteration that sends asks the accumulator once."""
+    h = Harness(topics={"t": [1, 2]}, brokers={1: ("broker1", 9092), 2: ("broker2", 9092)}, linger_ms=50)
+    h.boot()
+    h.send(value=b"a", partition=0)
+    h.advance(20)
+    h.send(value=b"b", partition=1)  # node 2's partition: due in 50 ms
+    h.advance(30)  # node 1's batch is due
+    asked: List[float] = []
+    ready = h.accumulator.ready
+
+    def counting(cluster: Any, now: float) -> Any:
+        asked.append(now)
+        return ready(cluster, now)
+
+    monkeypatch.setattr(h.accumulator, "ready", counting)
+    h.run()
+    assert len(h.produce_requests()) == 1 and len(asked) == 1
+    assert h.selector.poll_timeouts[-1] == 20  # node 2's batch lingers out then, as the first ready() found
+    h.advance(20)
+    h.run_until(lambda: len(h.produce_requests()) == 2)
 
 
 def test_after_a_send_the_sender_loops_at_once_while_the_broker_takes_more() -> None:

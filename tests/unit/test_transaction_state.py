@@ -68,6 +68,8 @@ def test_transition_refuses_what_the_table_refuses(source: State, target: State)
     if source in VALID_SOURCES[target]:
         tm._transition(target)
         assert tm.state is target
+        # (what the accumulator reads: every queued batch goes at once while a transaction completes)
+        assert tm.completing is (target in (State.COMMITTING_TRANSACTION, State.ABORTING_TRANSACTION))
     else:
         with pytest.raises(IllegalStateError, match="invalid transaction transition"):
             tm._transition(target)

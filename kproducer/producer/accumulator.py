@@ -14,8 +14,8 @@ from ..protocol.records import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from .batch import Header, ProducerBatch
 from .buffer_pool import BufferPool
 from .compression_ratio import BatchSizing, CompressionRatioEstimator
-from .core import Gate
 from .future import Callback, FutureRecordMetadata
+from .gate import Gate
 from .idempotence import sequence_after
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class RecordAccumulator:
         self._flushes_in_progress = 0
         self._appends_in_progress = 0
         self._closed = False
-        #: whether records are taken (core.Gate: its byte is what send()'s compiled fast path reads instead of the
+        #: whether records are taken (gate.Gate: its byte is what send()'s compiled fast path reads instead of the
         #: producer's _closed, the sender's fatal_error and this accumulator's _closed); whichever closes first
         #: closes it (here, Sender.fatal_error, Producer._refuse_records) and nothing reopens it
         self.gate = Gate()

@@ -41,23 +41,6 @@ if TYPE_CHECKING:
 TOPIC_TOUCH_MS = 1000.0
 
 
-class Gate:
-    """Whether a producer takes records: open while the producer is open, has no fatal error and its accumulator
-    takes records; closed by whichever of them closes first (``RecordAccumulator.close``, ``Sender.fatal_error``,
-    ``Producer._refuse_records``), never reopened. Made by the accumulator. Its one byte, :attr:`flag`, is what
-    the compiled send() reads (FastSend's ``gate``) instead of three attribute lookups per record, and what
-    :meth:`SendCore.accepting` reads."""
-
-    __slots__ = ("flag",)
-
-    def __init__(self) -> None:
-        #: nonzero while open (a bytearray of one byte: read by the compiled send() without a call)
-        self.flag = bytearray(b"\x01")
-
-    def close(self) -> None:
-        self.flag[0] = 0
-
-
 class SendCore:
     """One producer's send core (made by :class:`~kproducer.Producer`; see the module docstring)."""
 

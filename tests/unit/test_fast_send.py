@@ -234,7 +234,7 @@ def test_closed_or_failed_producer_raises(env: Env) -> None:
 
 @pytest.mark.parametrize("how", ["accumulator", "fatal-error", "exit", "fork"])
 def test_every_way_of_closing_closes_the_fast_paths_gate(how: str) -> None:
-    """The compiled send() reads one byte (the producer's core.Gate) instead of the producer's _closed, the sender's
+    """The compiled send() reads one byte (the producer's gate.Gate) instead of the producer's _closed, the sender's
     fatal_error and the accumulator's _closed: each way any of them closes must close the gate too, or records
     would be queued in C after the producer stopped taking them."""
     from kproducer.errors import ProducerForkedError

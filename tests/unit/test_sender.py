@@ -931,6 +931,19 @@ def test_after_a_send_that_fills_max_in_flight_the_sender_waits_for_a_response()
     assert len(h.produce_requests()) == 2
 
 
+
+def count_ready_calls(h: Harness, monkeypatch: pytest.MonkeyPatch) -> List[float]:
+    """The times of the accumulator's ready() calls from now on."""
+    asked: List[float] = []
+    ready = h.accumulator.ready
+
+    def counting(cluster: Any, now: float) -> Any:
+        asked.append(now)
+        return ready(cluster, now)
+
+    monkeypatch.setattr(h.accumulator, "ready", counting)
+    return asked
+
 def test_after_a_send_that_fills_max_in_flight_the_accumulator_is_not_asked_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With every node just sent to at max.in.flight, the partitions of those nodes wait for a response and the
@@ -943,14 +956,7 @@ def test_after_a_send_that_fills_max_in_flight_the_accumulator_is_not_asked_agai
     h.send(value=b"x" * 900, partition=0)  # a full batch: node 1 is ready at once
     h.advance(20)
     h.send(value=b"b", partition=1)  # node 2's partition: due in 50 ms
-    asked: List[float] = []
-    ready = h.accumulator.ready
-
-    def counting(cluster: Any, now: float) -> Any:
-        asked.append(now)
-        return ready(cluster, now)
-
-    monkeypatch.setattr(h.accumulator, "ready", counting)
+    asked = count_ready_calls(h, monkeypatch)
     h.run()
     assert len(h.selector.held(m.PRODUCE)) == 1 and len(asked) == 1
     assert h.selector.poll_timeouts[-1] == 50  # node 2's batch lingers out then; a response ends it sooner
@@ -967,14 +973,7 @@ def test_after_a_send_that_empties_the_drained_partitions_the_accumulator_is_not
     h.advance(20)
     h.send(value=b"b", partition=1)  # node 2's partition: due in 50 ms
     h.advance(30)  # node 1's batch is due
-    asked: List[float] = []
-    ready = h.accumulator.ready
-
-    def counting(cluster: Any, now: float) -> Any:
-        asked.append(now)
-        return ready(cluster, now)
-
-    monkeypatch.setattr(h.accumulator, "ready", counting)
+    asked = count_ready_calls(h, monkeypatch)
     h.run()
     assert len(h.produce_requests()) == 1 and len(asked) == 1
     assert h.selector.poll_timeouts[-1] == 20  # node 2's batch lingers out then, as the first ready() found

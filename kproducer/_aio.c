@@ -621,35 +621,9 @@ python:
     return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
 }
 
-static int AioSendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
-    (void)kwds;
-    return SendMethod_init_with(self, args, "AioSendMethod", (vectorcallfunc)AioSendMethod_vectorcall);
-}
-
-static PyObject *AioSendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    (void)args;
-    (void)kwds;
-    return SendMethod_new_with(type, (vectorcallfunc)AioSendMethod_vectorcall);
-}
-
-static PyTypeObject AioSendMethodType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer._aio.AioSendMethod",
-    .tp_basicsize = sizeof(SendMethod),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "AsyncProducer.send: a call that stages its record at once returns a finished coroutine (AioReady); "
-              "others call __func__.",
-    .tp_new = AioSendMethod_new,
-    .tp_init = (initproc)AioSendMethod_init,
-    .tp_dealloc = (destructor)SendMethod_dealloc,
-    .tp_traverse = (traverseproc)SendMethod_traverse,
-    .tp_clear = (inquiry)SendMethod_clear,
-    .tp_descr_get = SendMethod_get,
-    .tp_call = (ternaryfunc)SendMethod_call_func,
-    .tp_vectorcall_offset = offsetof(SendMethod, vectorcall),
-    .tp_dictoffset = offsetof(SendMethod, dict),
-    .tp_members = SendMethod_members,
-    .tp_getset = SendMethod_getset,
-};
+SENDMETHOD_TYPE(AioSendMethodType, "AioSendMethod", AioSendMethod_vectorcall, "kproducer._aio.AioSendMethod",
+                "AsyncProducer.send: a call that stages its record at once returns a finished coroutine (AioReady); "
+                "others call __func__.")
 
 /* aio_nogc(RecordFuture): make the instances of RecordFuture (a Python subclass of AioFuture with no __dict__
  * or __weakref__ of its own; since 3.11 every class made by a class statement is a GC type) plain, non-GC

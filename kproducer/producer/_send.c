@@ -1033,35 +1033,8 @@ static PyObject *SendMethod_vectorcall(SendMethod *self, PyObject *const *args, 
     return PyObject_Vectorcall(self->func, args, nargsf, kwnames);
 }
 
-static int SendMethod_init(SendMethod *self, PyObject *args, PyObject *kwds) {
-    (void)kwds;
-    return SendMethod_init_with(self, args, "SendMethod", (vectorcallfunc)SendMethod_vectorcall);
-}
-
-static PyObject *SendMethod_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    (void)args;
-    (void)kwds;
-    return SendMethod_new_with(type, (vectorcallfunc)SendMethod_vectorcall);
-}
-
-
-static PyTypeObject SendMethodType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kproducer.producer._send.SendMethod",
-    .tp_basicsize = sizeof(SendMethod),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A method whose plain calls run the owner's FastSend (Producer.send); others call __func__.",
-    .tp_new = SendMethod_new,
-    .tp_init = (initproc)SendMethod_init,
-    .tp_dealloc = (destructor)SendMethod_dealloc,
-    .tp_traverse = (traverseproc)SendMethod_traverse,
-    .tp_clear = (inquiry)SendMethod_clear,
-    .tp_descr_get = SendMethod_get,
-    .tp_call = (ternaryfunc)SendMethod_call_func,
-    .tp_vectorcall_offset = offsetof(SendMethod, vectorcall),
-    .tp_dictoffset = offsetof(SendMethod, dict),
-    .tp_members = SendMethod_members,
-    .tp_getset = SendMethod_getset,
-};
+SENDMETHOD_TYPE(SendMethodType, "SendMethod", SendMethod_vectorcall, "kproducer.producer._send.SendMethod",
+                "A method whose plain calls run the owner's FastSend (Producer.send); others call __func__.")
 
 static int fastsend_module_init(PyObject *mod) {
     static const char *names[7] = {"topic", "value", "key", "headers", "partition", "timestamp_ms", "callback"};

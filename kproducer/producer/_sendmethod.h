@@ -74,4 +74,35 @@ static PyGetSetDef SendMethod_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* SENDMETHOD_TYPE(Type, Name, call_fn, tp_name, doc): the type object ``Type`` of a SendMethod whose calls go
+   to ``call_fn`` (declared before), with its tp_init/tp_new (``Name(func)``); everything else is shared above. */
+#define SENDMETHOD_TYPE(Type, Name, call_fn, tpname, doc)                                                         \
+    static int Type##_init(SendMethod *self, PyObject *args, PyObject *kwds) {                                    \
+        (void)kwds;                                                                                               \
+        return SendMethod_init_with(self, args, Name, (vectorcallfunc)(call_fn));                                 \
+    }                                                                                                             \
+    static PyObject *Type##_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {                             \
+        (void)args;                                                                                               \
+        (void)kwds;                                                                                               \
+        return SendMethod_new_with(type, (vectorcallfunc)(call_fn));                                              \
+    }                                                                                                             \
+    static PyTypeObject Type = {                                                                                  \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = tpname,                                                          \
+        .tp_basicsize = sizeof(SendMethod),                                                                       \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR |                      \
+                    Py_TPFLAGS_HAVE_VECTORCALL,                                                                   \
+        .tp_doc = doc,                                                                                            \
+        .tp_new = Type##_new,                                                                                     \
+        .tp_init = (initproc)Type##_init,                                                                         \
+        .tp_dealloc = (destructor)SendMethod_dealloc,                                                             \
+        .tp_traverse = (traverseproc)SendMethod_traverse,                                                         \
+        .tp_clear = (inquiry)SendMethod_clear,                                                                    \
+        .tp_descr_get = SendMethod_get,                                                                           \
+        .tp_call = (ternaryfunc)SendMethod_call_func,                                                             \
+        .tp_vectorcall_offset = offsetof(SendMethod, vectorcall),                                                 \
+        .tp_dictoffset = offsetof(SendMethod, dict),                                                              \
+        .tp_members = SendMethod_members,                                                                         \
+        .tp_getset = SendMethod_getset,                                                                           \
+    };
+
 #endif /* KPRODUCER_SENDMETHOD_H */

@@ -351,13 +351,13 @@ class NetworkClient:
         """Do network I/O for up to ``timeout_ms``; complete and return the responses that arrived."""
         if self.closed:
             return []
-        # (the tests of _maybe_update_metadata made first, without its call: nothing is due in most polls)
+        # (whether an update is due is asked here, without a call: nothing is due in most polls)
         if self._metadata_in_flight is not None:
             metadata_timeout = self.request_timeout_ms
         else:
             metadata_timeout = self.metadata.time_to_next_update(now_ms)
             if metadata_timeout <= 0:
-                metadata_timeout = self._maybe_update_metadata(now_ms)
+                metadata_timeout = self._update_metadata(now_ms)
         # responses completed outside poll (requests to a node we disconnected) come first
         responses, self._pending = self._pending, []
         if self.selector.completed_sends:
@@ -700,12 +700,9 @@ class NetworkClient:
 
     # -- metadata ----------------------------------------------------------------------------------
 
-    def _maybe_update_metadata(self, now_ms: float) -> float:
-        wait = self.metadata.time_to_next_update(now_ms)
-        if self._metadata_in_flight is not None:
-            return self.request_timeout_ms
-        if wait > 0:
-            return wait
+    def _update_metadata(self, now_ms: float) -> float:
+        """An update is due and none is in flight (poll() asks): send a Metadata request to the least loaded
+        broker, connecting or re-bootstrapping as needed; returns how long the poll may wait."""
         node_id = self.least_loaded_node(now_ms)
         if self.metadata_recovery_strategy == "rebootstrap" and not self.metadata.cluster.is_bootstrap:
             # KIP-899 / KIP-1102: every known broker is out of reach (or no metadata came for

@@ -246,10 +246,7 @@ class RecordAccumulator:
                             last = self._new_batch(tp, now_ms, *reservation)
                             reservation = None
                             dq.append(last)
-                            # (as _head_queued: every batch queued lowers the next expiry, so that a scan
-                            # finds nothing to expire before it; inline: once per new batch, in send())
-                            if now_ms + self.delivery_timeout_ms < self.next_batch_expiry_ms:
-                                self.next_batch_expiry_ms = now_ms + self.delivery_timeout_ms
+                            self._head_queued(last)  # (every batch queued lowers the next expiry, a new one too)
                             with self._incomplete_lock:
                                 self._incomplete.add(last)
                             new = True
@@ -451,8 +448,9 @@ class RecordAccumulator:
             self._head_queued(batch)
 
     def _head_queued(self, batch: ProducerBatch) -> None:
-        """``batch`` is (or may be) at the head of its queue now, though older than batches queued since the
-        last expiry scan: it lowers the next expiry (the caller holds the lock)."""
+        """``batch`` was queued: a new batch (append), or one put back at or uncovered at the head of its queue,
+        though older than batches queued since the last expiry scan. It lowers the next expiry, so that no scan
+        is needed before it (the caller holds the lock)."""
         deadline = batch.created_ms + self.delivery_timeout_ms
         if deadline < self.next_batch_expiry_ms:
             self.next_batch_expiry_ms = deadline
@@ -573,8 +571,7 @@ class RecordAccumulator:
 
     def expired_batches(self, now_ms: float) -> List[ProducerBatch]:
         """Remove and return queued batches that have been waiting longer than delivery.timeout.ms (the
-        queues are scanned only once the next expiry is due: every batch queued lowers it, a new one in
-        append(), one put back at a queue's head in _head_queued)."""
+        queues are scanned only once the next expiry is due: every batch queued lowers it, _head_queued)."""
         expired: List[ProducerBatch] = []
         if now_ms < self.next_batch_expiry_ms:
             return expired

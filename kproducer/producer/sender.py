@@ -269,7 +269,7 @@ class Sender(threading.Thread):
 
     def run_once(self) -> None:
         # (each step's cheap test is made here, not in a call: at a low rate every iteration is mostly these
-        # tests, and each call the network thread makes costs it a cache-cold frame, see docs/performance.md)
+        # tests, and each call the network thread makes costs it a cache-cold frame, docs/design.md, "Cold calls")
         if self.client.pending_authentication_failures:
             self._fail_batches_on_authentication_failure()
         clock = self.clock
